@@ -1,0 +1,62 @@
+use std::fmt;
+
+use uuid::Uuid;
+
+/// An order's identifier: a UUIDv7, so new orders sort after old ones and
+/// append to the primary-key index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OrderId(Uuid);
+
+impl OrderId {
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    /// Any UUID names an order; whether it exists is the database's answer.
+    pub fn parse(value: &str) -> Result<Self, uuid::Error> {
+        Uuid::try_parse(value).map(Self)
+    }
+
+    pub fn as_uuid(self) -> Uuid {
+        self.0
+    }
+}
+
+impl Default for OrderId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl From<Uuid> for OrderId {
+    fn from(value: Uuid) -> Self {
+        Self(value)
+    }
+}
+
+impl fmt::Display for OrderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_ids_are_version_7_and_increase() {
+        let first = OrderId::new();
+        let second = OrderId::new();
+        assert_eq!(first.as_uuid().get_version_num(), 7);
+        assert!(second.as_uuid() > first.as_uuid());
+    }
+
+    #[test]
+    fn parses_uuid_text_and_refuses_anything_else() {
+        let id = OrderId::new();
+        assert_eq!(OrderId::parse(&id.to_string()).ok(), Some(id));
+        assert!(OrderId::parse("42").is_err());
+        assert!(OrderId::parse("not-a-uuid").is_err());
+    }
+}

@@ -1,0 +1,42 @@
+//! Liveness and readiness.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+
+/// How long readiness waits for the database before saying no.
+const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Health {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+}
+
+/// Liveness: the process is up and serving HTTP.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "The process is up", body = Health)))]
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: the database answers.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready to take orders", body = Health),
+        (status = 503, description = "The database does not answer", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    let ping = sqlx::query("select 1").execute(&state.pool);
+    match tokio::time::timeout(READINESS_TIMEOUT, ping).await {
+        Ok(Ok(_)) => Ok(Json(Health { status: "ok" })),
+        Ok(Err(error)) => Err(ApiError::Unavailable(error)),
+        Err(_) => Err(ApiError::Unavailable(sqlx::Error::PoolTimedOut)),
+    }
+}

@@ -1,0 +1,111 @@
+//! A JSON body extractor whose every rejection is a problem document with the
+//! right status: 415 without a JSON content type, 413 over the size limit,
+//! 400 for malformed JSON, 422 with a pointer for JSON of the wrong shape.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use crate::domain::FieldError;
+
+/// The largest request body accepted (64 KiB).
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub(super) struct ValidJson<T>(pub T);
+
+fn is_json_content_type(request: &Request) -> bool {
+    let Some(value) = request.headers().get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// RFC 6901 pointer of a serde path, e.g. `/items/0/quantity`.
+fn pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|segment| match segment {
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Map { key } => Some(key.replace('~', "~0").replace('/', "~1")),
+            Segment::Enum { variant } => Some(variant.clone()),
+            Segment::Unknown => None,
+        })
+        .map(|part| format!("/{part}"))
+        .collect()
+}
+
+impl<S, T> FromRequest<S> for ValidJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json_content_type(&request) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge { limit: BODY_LIMIT }
+                } else {
+                    ApiError::MalformedJson(rejection.body_text())
+                }
+            })?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|error| ApiError::MalformedJson(error.to_string()))?;
+        // serde would also read a struct from an array, by position; every
+        // body of this API is an object.
+        if !value.is_object() {
+            return Err(ApiError::Validation(vec![FieldError::new(
+                "",
+                "the body must be a JSON object",
+            )]));
+        }
+        serde_path_to_error::deserialize(value)
+            .map(ValidJson)
+            .map_err(|error| {
+                let detail = error.inner().to_string();
+                ApiError::Validation(vec![FieldError::new(pointer(error.path()), detail)])
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Shape {
+        items: Vec<Item>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Item {
+        quantity: i64,
+    }
+
+    #[test]
+    fn pointers_name_the_offending_field() {
+        let value = serde_json::json!({"items": [{"quantity": 1}, {"quantity": "two"}]});
+        let error = serde_path_to_error::deserialize::<_, Shape>(value).unwrap_err();
+        assert_eq!(pointer(error.path()), "/items/1/quantity");
+    }
+}

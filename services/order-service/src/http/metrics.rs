@@ -1,0 +1,96 @@
+//! Prometheus metrics: the exposition endpoint and the per-request recorder.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use super::AppState;
+
+/// Latency buckets in seconds: fine around the few-millisecond requests this
+/// service should serve, coarse up to the request timeout.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The process-wide recorder. `metrics` has one global recorder, so every
+/// application built in one process (as in tests) shares it.
+pub fn recorder() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
+                .expect("the bucket list is not empty");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // Fails only if another recorder was installed first; then this
+            // handle renders nothing, which the metrics test would show.
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        "http_requests_total",
+        "HTTP requests by method, route and status"
+    );
+    metrics::describe_histogram!(
+        "http_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "HTTP request latency by method, route and status"
+    );
+    metrics::describe_counter!(
+        "orders_created_total",
+        "Orders written (each with its outbox row)"
+    );
+    metrics::describe_counter!(
+        "outbox_rows_written_total",
+        "Outbox rows written, by event type"
+    );
+    metrics::describe_counter!(
+        "idempotent_replays_total",
+        "Requests answered from a stored response for a repeated Idempotency-Key"
+    );
+}
+
+/// Prometheus text exposition.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Counts and times every request by its route template (not its path, which
+/// would make one series per order id).
+pub(super) async fn track(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("http_requests_total", &labels).increment(1);
+    metrics::histogram!("http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    response
+}

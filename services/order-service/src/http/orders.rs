@@ -1,0 +1,200 @@
+//! POST /orders and GET /orders/{id}.
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use time::format_description::well_known::Rfc3339;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::json::ValidJson;
+use crate::domain::{NewOrder, OrderId, OrderRequest, TraceParent};
+use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
+use crate::orders::{self, Order};
+use crate::outbox::{self, OutboxMessage};
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Set on a response replayed for a repeated Idempotency-Key.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+const TRACEPARENT: &str = "traceparent";
+
+/// An order as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderResponse {
+    pub id: uuid::Uuid,
+    pub customer_id: String,
+    /// `PENDING` until the reservation outcome is known.
+    #[schema(example = "PENDING")]
+    pub status: String,
+    pub items: Vec<OrderItemResponse>,
+    /// RFC 3339, UTC.
+    #[schema(example = "2026-12-02T15:00:00.123456Z")]
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OrderItemResponse {
+    pub sku: String,
+    pub quantity: i32,
+}
+
+impl From<&Order> for OrderResponse {
+    fn from(order: &Order) -> Self {
+        Self {
+            id: order.id.as_uuid(),
+            customer_id: order.customer_id.clone(),
+            status: order.status.clone(),
+            items: order
+                .items
+                .iter()
+                .map(|(sku, quantity)| OrderItemResponse {
+                    sku: sku.clone(),
+                    quantity: *quantity,
+                })
+                .collect(),
+            created_at: order
+                .created_at
+                .format(&Rfc3339)
+                .unwrap_or_else(|_| order.created_at.to_string()),
+        }
+    }
+}
+
+fn location(body: &serde_json::Value) -> Option<HeaderValue> {
+    let id = body.get("id")?.as_str()?;
+    HeaderValue::from_str(&format!("/orders/{id}")).ok()
+}
+
+fn respond(saved: SavedResponse, replayed: bool) -> Response {
+    let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::CREATED);
+    let location = location(&saved.body);
+    let mut response = (status, axum::Json(saved.body)).into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| ApiError::InvalidHeader {
+        name: "Idempotency-Key",
+        reason,
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| invalid("must be printable ASCII".to_owned()))?;
+    IdempotencyKey::parse(text).map(Some).map_err(invalid)
+}
+
+/// Places an order.
+///
+/// Writes the order (status `PENDING`), its items and one `PedidoCriado`
+/// outbox row in one transaction. With an `Idempotency-Key`, a repeated
+/// request with the same body gets the original response (header
+/// `Idempotent-Replayed: true`) and writes nothing.
+#[utoipa::path(
+    post,
+    path = "/orders",
+    tag = "orders",
+    request_body(content = OrderRequest, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "1 to 255 printable ASCII characters; the same key with the same body replays the original response"),
+        ("traceparent" = Option<String>, Header,
+            description = "W3C Trace Context; a valid one travels with the event to Kafka, an invalid one is ignored"),
+    ),
+    responses(
+        (status = 201, description = "Order created, or the original response replayed", body = OrderResponse,
+            headers(("Location" = String, description = "/orders/{id}"),
+                    ("Idempotent-Replayed" = String, description = "`true` on a replayed response"))),
+        (status = 400, description = "Malformed JSON or invalid header", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 64 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Content-Type is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, or Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Unexpected error (logged)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Timed out", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[tracing::instrument(skip_all, fields(order.id, idempotency.key), err(level = "info"))]
+pub(super) async fn create_order(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ValidJson(request): ValidJson<OrderRequest>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let traceparent = headers
+        .get(TRACEPARENT)
+        .and_then(|value| value.to_str().ok())
+        .and_then(TraceParent::parse);
+    let hash = RequestHash::of(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let new_order = NewOrder::parse(request).map_err(ApiError::Validation)?;
+
+    let order = Order::pending(&new_order);
+    tracing::Span::current().record("order.id", tracing::field::display(order.id));
+    let message = OutboxMessage::order_created(&order, traceparent)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let response = SavedResponse {
+        status: StatusCode::CREATED.as_u16(),
+        body: serde_json::to_value(OrderResponse::from(&order))
+            .map_err(|e| ApiError::Internal(e.to_string()))?,
+    };
+
+    let mut tx = state.pool.begin().await?;
+    if let Some(key) = &key {
+        tracing::Span::current().record("idempotency.key", key.as_str());
+        match idempotency::claim(&mut tx, key, hash, order.id, &response).await? {
+            Claim::Claimed => {}
+            Claim::Replay(saved) => {
+                metrics::counter!("idempotent_replays_total").increment(1);
+                return Ok(respond(saved, true));
+            }
+            Claim::Conflict => return Err(ApiError::IdempotencyKeyReused),
+        }
+    }
+    orders::insert(&mut tx, &order).await?;
+    outbox::insert(&mut tx, &message).await?;
+    tx.commit().await?;
+
+    metrics::counter!("orders_created_total").increment(1);
+    metrics::counter!("outbox_rows_written_total", "event_type" => message.event_type).increment(1);
+    Ok(respond(response, false))
+}
+
+/// Reads an order.
+#[utoipa::path(
+    get,
+    path = "/orders/{id}",
+    tag = "orders",
+    params(("id" = String, Path, description = "The order id (UUID)")),
+    responses(
+        (status = 200, description = "The order", body = OrderResponse),
+        (status = 400, description = "The id is not a UUID", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such order", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Unexpected error (logged)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Timed out", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[tracing::instrument(skip_all, err(level = "info"))]
+pub(super) async fn get_order(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<axum::Json<OrderResponse>, ApiError> {
+    let Path(id) = id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
+    let order_id = OrderId::parse(&id).map_err(|_| ApiError::InvalidId(id.clone()))?;
+    let order = orders::find(&state.pool, order_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("order {order_id} does not exist")))?;
+    Ok(axum::Json(OrderResponse::from(&order)))
+}

@@ -1,0 +1,17 @@
+use anyhow::Context;
+use clap::Parser;
+use order_service::{Application, Config, shutdown, telemetry};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    telemetry::init(config.log_format);
+    tracing::info!(database = %config.database_url, addr = %config.http_addr, "starting order service");
+    let application = Application::build(config)
+        .await
+        .context("order service failed to start")?;
+    application
+        .run_until_stopped(shutdown::signal())
+        .await
+        .context("order service failed while serving")
+}
