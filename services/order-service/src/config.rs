@@ -3,8 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
-use sqlx::postgres::PgConnectOptions;
+use clap::Parser;
+pub use service_support::config::{DatabaseUrl, LogFormat};
+use service_support::config::{parse_database_url, parse_positive_duration};
 
 /// The order service: places orders and writes their outbox rows.
 #[derive(Debug, Clone, Parser)]
@@ -46,64 +47,6 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// A PostgreSQL URL, validated at start-up; its Debug output hides the password.
-#[derive(Clone)]
-pub struct DatabaseUrl {
-    pub options: PgConnectOptions,
-    redacted: String,
-}
-
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.redacted)
-    }
-}
-
-impl std::fmt::Display for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.redacted)
-    }
-}
-
-fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
-    const EXPECTED: &str = "expected postgres://user@host:port/database";
-    let mut shown =
-        url::Url::parse(value).map_err(|error| format!("not a URL ({error}); {EXPECTED}"))?;
-    if !matches!(shown.scheme(), "postgres" | "postgresql") {
-        return Err(format!(
-            "scheme {:?} is not PostgreSQL; {EXPECTED}",
-            shown.scheme()
-        ));
-    }
-    let options: PgConnectOptions = value
-        .parse()
-        .map_err(|error| format!("not a PostgreSQL URL ({error}); {EXPECTED}"))?;
-    if shown.password().is_some() {
-        // Only fails for URLs that cannot have a password, which this one has.
-        let _ = shown.set_password(Some("***"));
-    }
-    Ok(DatabaseUrl {
-        options,
-        redacted: shown.to_string(),
-    })
-}
-
-/// Durations such as `10s`, `500ms`, `24h`; zero is refused.
-pub fn parse_positive_duration(value: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(value)
-        .map_err(|error| format!("{error} (examples: 10s, 500ms, 24h)"))?;
-    if duration.is_zero() {
-        return Err("must be greater than zero".to_owned());
-    }
-    Ok(duration)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,14 +57,6 @@ mod tests {
         assert_eq!(config.http_addr.to_string(), "127.0.0.1:8080");
         assert_eq!(config.request_timeout, Duration::from_secs(10));
         assert!(!config.no_migrate);
-    }
-
-    #[test]
-    fn passwords_never_print() {
-        let url = parse_database_url("postgres://app:s3cret@db:5432/orders").unwrap();
-        assert_eq!(format!("{url:?}"), "postgres://app:***@db:5432/orders");
-        let url = parse_database_url("postgres://postgres@127.0.0.1:5432/orders").unwrap();
-        assert_eq!(url.to_string(), "postgres://postgres@127.0.0.1:5432/orders");
     }
 
     #[test]

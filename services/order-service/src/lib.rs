@@ -14,9 +14,7 @@ pub mod http; // routes, errors, metrics, OpenAPI
 pub mod idempotency; // Idempotency-Key claims and replays
 pub mod orders; // orders and items in PostgreSQL
 pub mod outbox; // the PedidoCriado outbox row
-pub mod shutdown; // SIGTERM / SIGINT
 pub mod startup; // Application::build and run_until_stopped
-pub mod telemetry; // tracing subscriber set-up
 
 pub use config::Config;
 pub use startup::{Application, StartupError};

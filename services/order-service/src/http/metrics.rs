@@ -1,42 +1,22 @@
 //! Prometheus metrics: the exposition endpoint and the per-request recorder.
 
-use std::sync::OnceLock;
+use std::sync::Once;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use service_support::metrics::PrometheusHandle;
 
 use super::AppState;
 
-/// Latency buckets in seconds: fine around the few-millisecond requests this
-/// service should serve, coarse up to the request timeout.
-const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// The process-wide recorder. `metrics` has one global recorder, so every
-/// application built in one process (as in tests) shares it.
+/// The process-wide recorder, with this service's metrics described.
 pub fn recorder() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
-                .expect("the bucket list is not empty");
-            let recorder = builder.build_recorder();
-            let handle = recorder.handle();
-            // Fails only if another recorder was installed first; then this
-            // handle renders nothing, which the metrics test would show.
-            if metrics::set_global_recorder(recorder).is_err() {
-                tracing::warn!("a metrics recorder was already installed");
-            }
-            describe();
-            handle
-        })
-        .clone()
+    static DESCRIBED: Once = Once::new();
+    let handle = service_support::metrics::recorder();
+    DESCRIBED.call_once(describe);
+    handle
 }
 
 fn describe() {

@@ -15,7 +15,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::HeaderName;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use metrics_exporter_prometheus::PrometheusHandle;
+use service_support::metrics::PrometheusHandle;
 use sqlx::PgPool;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;

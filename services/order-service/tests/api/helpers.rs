@@ -1,8 +1,9 @@
 use std::sync::Once;
 
-use order_service::{Application, Config, telemetry};
+use order_service::{Application, Config};
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use serde_json::Value;
+use service_support::telemetry;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor, PgConnection, PgPool};
 use tokio::sync::oneshot;
@@ -18,7 +19,7 @@ fn init_logs() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         if std::env::var_os("TEST_LOG").is_some() {
-            telemetry::init(order_service::config::LogFormat::Text);
+            telemetry::init(service_support::config::LogFormat::Text, "info,sqlx=warn");
         }
     });
 }

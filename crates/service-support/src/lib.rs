@@ -1,0 +1,9 @@
+//! What entrega's services share, and only that: configuration value types,
+//! logging, the Prometheus recorder, the shutdown signal and Kafka client
+//! settings. Each service keeps its own domain, HTTP API and wiring.
+
+pub mod config; // DatabaseUrl, durations, log format
+pub mod kafka; // librdkafka settings from the environment
+pub mod metrics; // the process-wide Prometheus recorder
+pub mod shutdown; // SIGTERM / SIGINT
+pub mod telemetry; // the tracing subscriber
