@@ -1,0 +1,18 @@
+use anyhow::Context;
+use clap::Parser;
+use outbox_relay::{Application, Config};
+use service_support::{shutdown, telemetry};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    telemetry::init(config.log_format, "info,sqlx=warn,rdkafka=warn");
+    tracing::info!(database = %config.database_url, bootstrap = %config.bootstrap_servers, "starting outbox relay");
+    let application = Application::build(config)
+        .await
+        .context("outbox relay failed to start")?;
+    application
+        .run_until_stopped(shutdown::signal())
+        .await
+        .context("outbox relay stopped with an error")
+}

@@ -1,0 +1,45 @@
+//! The relay's metrics, described once.
+
+use std::sync::Once;
+
+use service_support::metrics::PrometheusHandle;
+
+pub fn recorder() -> PrometheusHandle {
+    static DESCRIBED: Once = Once::new();
+    let handle = service_support::metrics::recorder();
+    DESCRIBED.call_once(|| {
+        metrics::describe_gauge!(
+            "outbox_backlog_rows",
+            "Outbox rows not yet published (parked rows excluded)"
+        );
+        metrics::describe_gauge!(
+            "outbox_oldest_pending_age_seconds",
+            metrics::Unit::Seconds,
+            "Age of the oldest outbox row not yet published"
+        );
+        metrics::describe_gauge!(
+            "outbox_parked_rows",
+            "Outbox rows parked after repeated failures"
+        );
+        metrics::describe_counter!(
+            "outbox_published_total",
+            "Outbox rows published and acknowledged by the broker"
+        );
+        metrics::describe_counter!("outbox_parked_total", "Outbox rows parked by this relay");
+        metrics::describe_histogram!(
+            "relay_batch_publish_duration_seconds",
+            metrics::Unit::Seconds,
+            "Time from sending a batch to its last delivery report"
+        );
+        metrics::describe_counter!(
+            "relay_publish_failures_total",
+            "Rows that failed to publish, by kind (poison, transient)"
+        );
+        metrics::describe_gauge!("relay_leader", "1 while this relay is the active one");
+        metrics::describe_counter!(
+            "relay_producer_rebuilds_total",
+            "Producers rebuilt after a fatal error"
+        );
+    });
+    handle
+}

@@ -1,0 +1,225 @@
+//! Sends a batch of rows to Kafka and reports, per row, what happened.
+//!
+//! The producer is idempotent with `acks=all`, so a row counts as published
+//! only once every in-sync replica has it, and librdkafka's own retries
+//! neither duplicate nor reorder records within a partition.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::record::OutboxRow;
+
+/// What happened to one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The broker acknowledged it.
+    Published,
+    /// It failed because of itself (too large, no valid topic): it will fail
+    /// again, so it counts toward parking.
+    Poison(String),
+    /// It failed for reasons outside the row (broker unavailable, timeout).
+    Transient(String),
+}
+
+/// How a failed delivery is treated.
+fn classify(error: &KafkaError) -> Outcome {
+    use RDKafkaErrorCode::*;
+    let message = error.to_string();
+    match error.rdkafka_error_code() {
+        Some(
+            MessageSizeTooLarge
+            | InvalidMessageSize
+            | InvalidMessage
+            | InvalidRecord
+            | MessageBatchTooLarge
+            | InvalidTopic
+            | UnknownTopic
+            | UnknownTopicOrPartition
+            | TopicAuthorizationFailed,
+        ) => Outcome::Poison(message),
+        _ => Outcome::Transient(message),
+    }
+}
+
+/// The relay's producer settings; `KAFKA_*` variables may override them.
+pub fn producer_settings(delivery_timeout: Duration) -> Vec<(&'static str, String)> {
+    vec![
+        ("enable.idempotence", "true".to_owned()),
+        ("acks", "all".to_owned()),
+        // The Java client's partitioner, which Kafka Connect (and so
+        // Debezium) uses: a key lands on the same partition from either relay.
+        ("partitioner", "murmur2_random".to_owned()),
+        (
+            "message.timeout.ms",
+            delivery_timeout.as_millis().to_string(),
+        ),
+        ("linger.ms", "5".to_owned()),
+    ]
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create the Kafka producer")]
+pub struct ProducerError(#[from] KafkaError);
+
+pub struct Publisher {
+    config: ClientConfig,
+    producer: FutureProducer,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher").finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    pub fn new(config: ClientConfig) -> Result<Self, ProducerError> {
+        let producer = config.create()?;
+        Ok(Self { config, producer })
+    }
+
+    /// Publishes `rows` in order and waits for every delivery report.
+    /// Returns one outcome per row, in the same order.
+    pub async fn publish(&mut self, rows: &[OutboxRow]) -> Vec<Outcome> {
+        let mut outcomes = self.send_all(rows).await;
+        // A broker rejects a size violation for a whole produce request, so
+        // the poison row's neighbours fail with it. Resend each such row
+        // alone: only the real culprits keep their poison outcome.
+        let poisoned: Vec<usize> = (0..rows.len())
+            .filter(|&i| matches!(outcomes[i], Outcome::Poison(_)))
+            .collect();
+        if poisoned.len() > 1 {
+            for i in poisoned {
+                let single = self.send_all(std::slice::from_ref(&rows[i])).await;
+                outcomes[i] = single
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Outcome::Transient("no outcome".into()));
+            }
+        }
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            tracing::error!(?code, %reason, "fatal producer error; rebuilding the producer");
+            self.rebuild();
+        } else if outcomes.iter().any(|o| matches!(o, Outcome::Transient(_))) {
+            // After failed deliveries librdkafka would bump the idempotent
+            // producer's epoch (KIP-360) and carry on. Not every
+            // Kafka-protocol broker handles that bump (tansu 0.6 rejects
+            // every later produce), while a fresh producer id works on all
+            // of them; nothing is lost, as unacknowledged rows are retried.
+            tracing::info!("rebuilding the producer after failed deliveries");
+            self.rebuild();
+        }
+        outcomes
+    }
+
+    async fn send_all(&self, rows: &[OutboxRow]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
+        let mut pending = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            let record = match row.to_record() {
+                Ok(record) => record,
+                Err(error) => {
+                    outcomes[i] = Some(Outcome::Poison(error.to_string()));
+                    continue;
+                }
+            };
+            let headers =
+                record
+                    .headers
+                    .iter()
+                    .fold(OwnedHeaders::new(), |headers, (key, value)| {
+                        headers.insert(Header {
+                            key,
+                            value: value.as_deref(),
+                        })
+                    });
+            let mut future_record = FutureRecord::to(&record.topic)
+                .key(record.key.as_slice())
+                .payload(record.value.as_slice())
+                .headers(headers);
+            // Enqueue; a full local queue is back-pressure: wait and retry.
+            let delivery = loop {
+                match self.producer.send_result(future_record) {
+                    Ok(delivery) => break Ok(delivery),
+                    Err((error, returned))
+                        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+                    {
+                        future_record = returned;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((error, _)) => break Err(error),
+                }
+            };
+            match delivery {
+                Ok(delivery) => pending.push((i, delivery)),
+                Err(error) => outcomes[i] = Some(classify(&error)),
+            }
+        }
+        let (indices, deliveries): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
+        for (i, report) in indices.into_iter().zip(join_all(deliveries).await) {
+            outcomes[i] = Some(match report {
+                Ok(Ok(_)) => Outcome::Published,
+                Ok(Err((error, _))) => classify(&error),
+                Err(_canceled) => {
+                    Outcome::Transient("the producer dropped the delivery".to_owned())
+                }
+            });
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or(Outcome::Transient("no outcome".to_owned())))
+            .collect()
+    }
+
+    /// Replaces the producer. A fatal error ends an idempotent producer for
+    /// good; unacknowledged rows stay unpublished and go out again with the
+    /// new one.
+    fn rebuild(&mut self) {
+        metrics::counter!("relay_producer_rebuilds_total").increment(1);
+        match self.config.create::<FutureProducer>() {
+            Ok(producer) => {
+                let old = std::mem::replace(&mut self.producer, producer);
+                // Dropping purges and flushes for up to half a second: not on
+                // the runtime's threads.
+                tokio::task::spawn_blocking(move || drop(old));
+            }
+            Err(error) => tracing::error!(%error, "rebuilding the producer failed; will retry"),
+        }
+    }
+
+    /// Waits up to `timeout` for queued records to be delivered.
+    pub fn flush(&self, timeout: Duration) {
+        if let Err(error) = self.producer.flush(timeout) {
+            tracing::warn!(%error, "records still queued at shutdown");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_and_topic_errors_are_the_rows_fault_the_rest_is_not() {
+        let poison = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert!(matches!(classify(&poison), Outcome::Poison(_)));
+        for transient in [
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::NotEnoughReplicas,
+            RDKafkaErrorCode::RequestTimedOut,
+        ] {
+            let error = KafkaError::MessageProduction(transient);
+            assert!(
+                matches!(classify(&error), Outcome::Transient(_)),
+                "{transient:?}"
+            );
+        }
+    }
+}

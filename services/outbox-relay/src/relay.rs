@@ -1,0 +1,222 @@
+//! The relay loop: lead (or wait to), read the oldest pending rows, publish
+//! them, record the outcome, repeat.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgConnectOptions;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::leadership::{self, Leader};
+use crate::publisher::{Outcome, Publisher};
+use crate::store::{self, AfterPublish};
+
+/// What the loop needs to know.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    pub database: PgConnectOptions,
+    pub lock_key: i64,
+    pub batch_size: i64,
+    pub max_attempts: i32,
+    pub after_publish: AfterPublish,
+    /// Longest sleep between reads when there is nothing to publish.
+    pub idle_poll_interval: Duration,
+    /// How often a standby tries to become the leader.
+    pub failover_interval: Duration,
+    /// Longest wait between retries after a failure.
+    pub max_backoff: Duration,
+}
+
+/// Health the HTTP endpoints report.
+#[derive(Debug, Default)]
+pub struct RelayStatus {
+    pub leader: AtomicBool,
+    pub database_ok: AtomicBool,
+}
+
+/// What one step of the leader's loop did; it drives the wait that follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchOutcome {
+    /// Rows were read; this many were published. Read again at once.
+    Published(usize),
+    /// Nothing to publish: sleep a little longer each time, up to the interval.
+    Empty,
+    /// Some rows failed for reasons outside them: back off before retrying.
+    Failed,
+}
+
+/// A doubling wait with a ceiling, reset after success.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    first: Duration,
+    current: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            current: first,
+            max: max.max(first),
+        }
+    }
+
+    pub fn next_wait(&mut self) -> Duration {
+        let wait = self.current;
+        self.current = (self.current * 2).min(self.max);
+        wait
+    }
+
+    pub fn reset(&mut self) {
+        self.current = self.first;
+    }
+}
+
+/// Sleeps for `duration` unless shutdown comes first; true if it slept.
+async fn sleep_unless_stopped(duration: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => true,
+        () = shutdown.cancelled() => false,
+    }
+}
+
+/// Runs until `shutdown` is cancelled. The batch in flight at that moment is
+/// finished and recorded first.
+pub async fn run(
+    settings: RelaySettings,
+    mut publisher: Publisher,
+    status: Arc<RelayStatus>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), settings.max_backoff);
+    while !shutdown.is_cancelled() {
+        let leader = match leadership::try_lead(&settings.database, settings.lock_key).await {
+            Ok(Some(leader)) => leader,
+            Ok(None) => {
+                status.database_ok.store(true, Ordering::Relaxed);
+                sleep_unless_stopped(settings.failover_interval, &shutdown).await;
+                continue;
+            }
+            Err(error) => {
+                status.database_ok.store(false, Ordering::Relaxed);
+                tracing::warn!(error.message = %error, "cannot reach the orders database; retrying");
+                sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
+                continue;
+            }
+        };
+        tracing::info!("leading: this relay publishes the outbox");
+        status.leader.store(true, Ordering::Relaxed);
+        status.database_ok.store(true, Ordering::Relaxed);
+        metrics::gauge!("relay_leader").set(1.0);
+        backoff.reset();
+        let result = lead(leader, &settings, &mut publisher, &shutdown).await;
+        status.leader.store(false, Ordering::Relaxed);
+        metrics::gauge!("relay_leader").set(0.0);
+        if let Err(error) = result {
+            status.database_ok.store(false, Ordering::Relaxed);
+            tracing::warn!(error.cause_chain = ?error, error.message = %error, "lost the database connection; stepping down");
+            sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
+        }
+    }
+    publisher.flush(Duration::from_secs(5));
+    tracing::info!("relay stopped");
+}
+
+async fn lead(
+    mut leader: Leader,
+    settings: &RelaySettings,
+    publisher: &mut Publisher,
+    shutdown: &CancellationToken,
+) -> Result<(), sqlx::Error> {
+    let mut idle = Backoff::new(Duration::from_millis(1), settings.idle_poll_interval);
+    let mut failures = Backoff::new(Duration::from_millis(100), settings.max_backoff);
+    while !shutdown.is_cancelled() {
+        match publish_batch(&mut leader, settings, publisher).await? {
+            BatchOutcome::Published(_) => {
+                idle.reset();
+                failures.reset();
+            }
+            BatchOutcome::Empty => {
+                sleep_unless_stopped(idle.next_wait(), shutdown).await;
+            }
+            BatchOutcome::Failed => {
+                idle.reset();
+                sleep_unless_stopped(failures.next_wait(), shutdown).await;
+            }
+        }
+    }
+    leader.step_down().await;
+    Ok(())
+}
+
+/// One read-publish-record step. Not interrupted by shutdown: once rows are
+/// sent, their delivery reports are awaited and recorded.
+#[tracing::instrument(skip_all, fields(rows, published), err)]
+async fn publish_batch(
+    leader: &mut Leader,
+    settings: &RelaySettings,
+    publisher: &mut Publisher,
+) -> Result<BatchOutcome, sqlx::Error> {
+    let rows = store::fetch_pending(&mut leader.conn, settings.batch_size).await?;
+    if rows.is_empty() {
+        return Ok(BatchOutcome::Empty);
+    }
+    tracing::Span::current().record("rows", rows.len());
+    let started = Instant::now();
+    let outcomes = publisher.publish(&rows).await;
+    metrics::histogram!("relay_batch_publish_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
+
+    let mut published: Vec<Uuid> = Vec::with_capacity(rows.len());
+    let mut poison = Vec::new();
+    let mut transient = Vec::new();
+    for (row, outcome) in rows.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Published => published.push(row.id),
+            Outcome::Poison(error) => poison.push((row.id, error)),
+            Outcome::Transient(error) => transient.push((row.id, error)),
+        }
+    }
+    store::mark_published(&mut leader.conn, &published, settings.after_publish).await?;
+    metrics::counter!("outbox_published_total").increment(published.len() as u64);
+    tracing::Span::current().record("published", published.len());
+
+    if !poison.is_empty() {
+        metrics::counter!("relay_publish_failures_total", "kind" => "poison")
+            .increment(poison.len() as u64);
+        for (id, error) in &poison {
+            tracing::warn!(outbox.id = %id, error.message = %error, "row failed to publish");
+        }
+        let parked = store::record_poison(&mut leader.conn, &poison, settings.max_attempts).await?;
+        for id in &parked {
+            tracing::error!(outbox.id = %id, max_attempts = settings.max_attempts,
+                "row parked after repeated failures; see docs/relay.md to un-park it");
+        }
+        metrics::counter!("outbox_parked_total").increment(parked.len() as u64);
+    }
+    if !transient.is_empty() {
+        metrics::counter!("relay_publish_failures_total", "kind" => "transient")
+            .increment(transient.len() as u64);
+        tracing::warn!(rows = transient.len(), error.message = %transient[0].1, "broker did not take the rows; backing off");
+        store::record_transient(&mut leader.conn, &transient).await?;
+        return Ok(BatchOutcome::Failed);
+    }
+    Ok(BatchOutcome::Published(published.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_ceiling_and_resets() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let waits: Vec<u128> = (0..4).map(|_| backoff.next_wait().as_millis()).collect();
+        assert_eq!(waits, [100, 200, 350, 350]);
+        backoff.reset();
+        assert_eq!(backoff.next_wait(), Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,240 @@
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use test_support::database::TestDatabase;
+use test_support::eventually::eventually;
+use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic};
+use test_support::process::{Service, free_port};
+use uuid::Uuid;
+
+pub(crate) const RELAY: &str = env!("CARGO_BIN_EXE_outbox-relay");
+pub(crate) const PARTITIONS: i32 = 6;
+
+fn orders_server() -> String {
+    std::env::var("ORDER_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
+}
+
+/// One test's outbox database and topic.
+#[derive(Debug)]
+pub(crate) struct RelayTest {
+    pub(crate) database: TestDatabase,
+    pub(crate) pool: PgPool,
+    /// The aggregatetype of this test's rows; its topic is `<it>.eventos`.
+    pub(crate) aggregate_type: String,
+    pub(crate) topic: String,
+    pub(crate) bootstrap: String,
+    /// The next payload `n`: increasing across inserts, for order checks.
+    next_n: AtomicI64,
+}
+
+impl RelayTest {
+    pub(crate) async fn new() -> Self {
+        Self::with_broker(&bootstrap_servers()).await
+    }
+
+    pub(crate) async fn with_broker(bootstrap: &str) -> Self {
+        let database = TestDatabase::create(&orders_server(), "relay_test").await;
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(database.options.clone())
+            .await
+            .unwrap();
+        sqlx::migrate!("../../migrations/orders")
+            .run(&pool)
+            .await
+            .unwrap();
+        let aggregate_type = format!("relaytest{}", &Uuid::new_v4().simple().to_string()[..12]);
+        let topic = format!("{aggregate_type}.eventos");
+        create_topic(bootstrap, &topic, PARTITIONS).await;
+        Self {
+            database,
+            pool,
+            aggregate_type,
+            topic,
+            bootstrap: bootstrap.to_owned(),
+            next_n: AtomicI64::new(0),
+        }
+    }
+
+    /// Inserts `per_aggregate` events for each of `aggregates` aggregates in
+    /// one statement, interleaved; payload `{"n": k}` with k increasing in
+    /// insert (and so seq) order. Returns the ids.
+    pub(crate) async fn insert_events(&self, aggregates: usize, per_aggregate: usize) -> Vec<Uuid> {
+        let total = i64::try_from(aggregates * per_aggregate).unwrap();
+        let first_n = self.next_n.fetch_add(total, Ordering::SeqCst);
+        sqlx::query_scalar(
+            "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+             select gen_random_uuid(), $1, 'agg-' || (i % $2), 'TestEvent', jsonb_build_object('n', $4 + i)
+             from generate_series(0, $3 - 1) as i
+             order by i
+             returning id",
+        )
+        .bind(&self.aggregate_type)
+        .bind(i64::try_from(aggregates).unwrap())
+        .bind(total)
+        .bind(first_n)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// Inserts one row as given.
+    pub(crate) async fn insert_row(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        payload: &str,
+    ) -> Uuid {
+        sqlx::query_scalar(
+            "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+             values (gen_random_uuid(), $1, $2, 'TestEvent', $3::jsonb) returning id",
+        )
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .bind(payload)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// Rows not yet published (parked included).
+    pub(crate) async fn pending(&self) -> i64 {
+        sqlx::query_scalar("select count(*) from outbox where published_at is null")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub(crate) async fn remaining_ids(&self) -> HashSet<Uuid> {
+        sqlx::query_scalar::<_, Uuid>("select id from outbox where published_at is null")
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect()
+    }
+
+    /// Starts the relay binary on this test's database and topic.
+    pub(crate) fn start_relay(&self, extra: &[&str]) -> RelayProcess {
+        let port = free_port();
+        let mut args: Vec<String> = [
+            "--database-url",
+            &self.database.url(),
+            "--bootstrap-servers",
+            &self.bootstrap,
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+            "--topics",
+            &self.topic,
+            "--poll-interval",
+            "20ms",
+            "--failover-interval",
+            "200ms",
+            "--max-backoff",
+            "1s",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        RelayProcess {
+            service: Service::start("outbox-relay", RELAY, &args, &[]),
+            http: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Waits until every row is published.
+    pub(crate) async fn wait_until_drained(&self, deadline: Duration) {
+        eventually("the outbox drains", deadline, || async {
+            (self.pending().await == 0).then_some(())
+        })
+        .await;
+    }
+
+    pub(crate) fn reader(&self) -> TopicReader {
+        TopicReader::new(&self.bootstrap, &self.topic)
+    }
+}
+
+/// A relay process and its HTTP address.
+#[derive(Debug)]
+pub(crate) struct RelayProcess {
+    pub(crate) service: Service,
+    pub(crate) http: String,
+}
+
+impl RelayProcess {
+    /// The role /readyz reports, once it answers.
+    pub(crate) async fn role(&self) -> Option<String> {
+        let reply = reqwest::get(format!("{}/readyz", self.http)).await.ok()?;
+        let body: serde_json::Value = reply.json().await.ok()?;
+        body["role"].as_str().map(str::to_owned)
+    }
+
+    /// True once /readyz answers 200.
+    pub(crate) async fn is_ready(&self) -> bool {
+        reqwest::get(format!("{}/readyz", self.http))
+            .await
+            .is_ok_and(|reply| reply.status().is_success())
+    }
+
+    pub(crate) async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.http))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+/// What the records on a topic say about delivery.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Delivery {
+    pub(crate) distinct: usize,
+    pub(crate) duplicates: usize,
+    pub(crate) lost: usize,
+    /// Aggregates whose events were first delivered out of insert order.
+    pub(crate) order_violations: usize,
+}
+
+/// Compares the records with the ids that were inserted.
+pub(crate) fn delivery(records: &[Record], inserted: &[Uuid]) -> Delivery {
+    let mut first_seen: HashSet<String> = HashSet::new();
+    let mut first_records = Vec::new();
+    for record in records {
+        let id = record.header("id").expect("every record has an id header");
+        if first_seen.insert(id) {
+            first_records.push(record);
+        }
+    }
+    let lost = inserted
+        .iter()
+        .filter(|id| !first_seen.contains(&id.to_string()))
+        .count();
+    // Per aggregate, the n of first deliveries must increase.
+    let mut last_n: HashMap<String, i64> = HashMap::new();
+    let mut violations: HashSet<String> = HashSet::new();
+    for record in &first_records {
+        let value: serde_json::Value =
+            serde_json::from_slice(record.value.as_deref().unwrap_or_default()).unwrap();
+        let n = value["n"].as_i64().unwrap_or(-1);
+        let key = record.key_text();
+        if let Some(previous) = last_n.insert(key.clone(), n)
+            && previous > n
+        {
+            violations.insert(key);
+        }
+    }
+    Delivery {
+        distinct: first_records.len(),
+        duplicates: records.len() - first_records.len(),
+        lost,
+        order_violations: violations.len(),
+    }
+}

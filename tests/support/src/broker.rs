@@ -1,0 +1,115 @@
+//! Private brokers: a tansu of the test's own, on its own port and storage
+//! database, so that a test can stop and restart it without disturbing the
+//! shared broker other tests use. Needs the variables `scripts/services env`
+//! prints (ENTREGA_TANSU_BIN, ENTREGA_TANSU_SCHEMA, ENTREGA_BROKER_STORAGE_URL).
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use sqlx::{Connection, PgConnection};
+
+use crate::database::TestDatabase;
+use crate::process::{Service, free_port};
+
+fn required(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run the tests through scripts/test"))
+}
+
+/// A broker owned by one test.
+#[derive(Debug)]
+pub struct PrivateBroker {
+    pub address: String,
+    storage: TestDatabase,
+    process: Option<Service>,
+}
+
+impl PrivateBroker {
+    /// Starts a broker with fresh storage and waits until it answers.
+    pub async fn start() -> Self {
+        let storage =
+            TestDatabase::create(&required("ENTREGA_BROKER_STORAGE_URL"), "tansu_test").await;
+        let schema = std::fs::read_to_string(required("ENTREGA_TANSU_SCHEMA"))
+            .expect("reading the tansu schema");
+        let mut conn = PgConnection::connect_with(&storage.options).await.unwrap();
+        sqlx::raw_sql(&schema)
+            .execute(&mut conn)
+            .await
+            .expect("applying the tansu schema");
+        conn.close().await.unwrap();
+        let mut broker = Self {
+            address: format!("127.0.0.1:{}", free_port()),
+            storage,
+            process: None,
+        };
+        broker.restart().await;
+        broker
+    }
+
+    /// Starts the broker again on the same port and storage (after a stop).
+    pub async fn restart(&mut self) {
+        assert!(self.process.is_none(), "the broker is running");
+        let url = format!("tcp://{}", self.address);
+        let storage = self.storage.url();
+        self.process = Some(Service::start(
+            "tansu",
+            &required("ENTREGA_TANSU_BIN"),
+            &[
+                "broker",
+                "--cluster-id",
+                "entrega-test",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                &storage,
+            ],
+            &[],
+        ));
+        self.wait_until_it_answers(Duration::from_secs(30)).await;
+    }
+
+    /// SIGTERM, as an orderly broker shutdown.
+    pub async fn stop(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.terminate(Duration::from_secs(30)).await;
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub async fn kill(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.kill().await;
+        }
+    }
+
+    async fn wait_until_it_answers(&self, deadline: Duration) {
+        let address = self.address.clone();
+        let answered = tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &address)
+                .create()
+                .unwrap();
+            let started = std::time::Instant::now();
+            while started.elapsed() < deadline {
+                if consumer
+                    .fetch_metadata(None, Duration::from_secs(1))
+                    .is_ok()
+                {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        })
+        .await
+        .unwrap();
+        assert!(
+            answered,
+            "the private broker on {} did not answer within {deadline:?}",
+            self.address
+        );
+    }
+}

@@ -1,0 +1,73 @@
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, Executor, PgConnection};
+
+/// A database created for one test on the server of `server_url`, dropped
+/// (with any connection still open) when the value is dropped.
+#[derive(Debug)]
+pub struct TestDatabase {
+    pub name: String,
+    pub options: PgConnectOptions,
+    url: String,
+    maintenance: PgConnectOptions,
+}
+
+impl TestDatabase {
+    pub async fn create(server_url: &str, prefix: &str) -> Self {
+        let maintenance = server_url
+            .parse::<PgConnectOptions>()
+            .expect("a PostgreSQL URL")
+            .database("postgres");
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect_with(&maintenance)
+            .await
+            .expect("PostgreSQL is reachable: run the tests through scripts/test");
+        admin
+            .execute(format!(r#"create database "{name}""#).as_str())
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        let mut url = url::Url::parse(server_url).expect("a PostgreSQL URL");
+        url.set_path(&name);
+        Self {
+            options: maintenance.clone().database(&name),
+            url: url.to_string(),
+            name,
+            maintenance,
+        }
+    }
+
+    /// The database's URL, for a service under test: the server's URL with
+    /// this database, and nothing added.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    pub async fn drop_now(&self) {
+        drop_database(&self.maintenance, &self.name).await;
+    }
+}
+
+async fn drop_database(maintenance: &PgConnectOptions, name: &str) {
+    if let Ok(mut admin) = PgConnection::connect_with(maintenance).await {
+        let _ = admin
+            .execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str())
+            .await;
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let maintenance = self.maintenance.clone();
+        let name = self.name.clone();
+        // Drop cannot await; a short-lived runtime on its own thread can.
+        let _ = std::thread::spawn(move || {
+            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                runtime.block_on(drop_database(&maintenance, &name));
+            }
+        })
+        .join();
+    }
+}

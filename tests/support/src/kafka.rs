@@ -1,0 +1,241 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// The broker address the services use.
+pub fn bootstrap_servers() -> String {
+    std::env::var("KAFKA_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+/// A topic or group name no other test uses.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Creates a topic (existing is fine) and waits until its metadata shows it.
+pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
+            &options,
+        )
+        .await
+        .expect("create_topics reached the broker");
+    for result in results {
+        if let Err((topic, code)) = result {
+            assert_eq!(
+                code,
+                RDKafkaErrorCode::TopicAlreadyExists,
+                "creating {topic}"
+            );
+        }
+    }
+}
+
+/// One record as a test compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    /// In record order; `None` is a header with a null value.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl Record {
+    /// A header's value as text; `None` if absent or null.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .and_then(|(_, value)| value.as_ref())
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+    }
+
+    pub fn key_text(&self) -> String {
+        String::from_utf8_lossy(self.key.as_deref().unwrap_or_default()).into_owned()
+    }
+
+    pub fn value_text(&self) -> String {
+        String::from_utf8_lossy(self.value.as_deref().unwrap_or_default()).into_owned()
+    }
+}
+
+/// Reads a whole topic from the start, partition by partition, without a
+/// consumer group. Successive reads continue where the last one stopped.
+#[derive(Clone)]
+pub struct TopicReader {
+    consumer: Arc<BaseConsumer>,
+    topic: String,
+}
+
+impl std::fmt::Debug for TopicReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicReader")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TopicReader {
+    pub fn new(bootstrap: &str, topic: &str) -> Self {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", unique_name("reader"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(30))
+            .expect("topic metadata");
+        let partitions = metadata.topics()[0].partitions().len();
+        assert!(partitions > 0, "topic {topic} has no partitions");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment
+                .add_partition_offset(topic, i32::try_from(partition).unwrap(), Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&assignment).unwrap();
+        Self {
+            consumer: Arc::new(consumer),
+            topic: topic.to_owned(),
+        }
+    }
+
+    /// Records available now, waiting at most `idle` for each next one.
+    pub async fn read_available(&self, idle: Duration) -> Vec<Record> {
+        let consumer = Arc::clone(&self.consumer);
+        let topic = self.topic.clone();
+        // librdkafka's poll blocks; keep it off the runtime's threads.
+        tokio::task::spawn_blocking(move || {
+            let mut records = Vec::new();
+            while let Some(result) = consumer.poll(idle) {
+                records.push(to_record(&topic, &result.expect("consuming")));
+            }
+            records
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Reads until at least `count` records arrived in all, or panics after
+    /// `deadline`.
+    pub async fn read_at_least(&self, count: usize, deadline: Duration) -> Vec<Record> {
+        let started = tokio::time::Instant::now();
+        let mut records = Vec::new();
+        while records.len() < count {
+            assert!(
+                started.elapsed() < deadline,
+                "only {} of {count} records on {} within {deadline:?}",
+                records.len(),
+                self.topic
+            );
+            records.extend(self.read_available(Duration::from_millis(200)).await);
+        }
+        records
+    }
+}
+
+fn to_record(topic: &str, message: &BorrowedMessage<'_>) -> Record {
+    let headers = message
+        .headers()
+        .map(|headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Record {
+        topic: topic.to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+        key: message.key().map(<[u8]>::to_vec),
+        value: message.payload().map(<[u8]>::to_vec),
+        headers,
+    }
+}
+
+/// Kafka's Java client hash of a key (`Utils.murmur2`), which the default
+/// partitioner, Kafka Connect and so Debezium use.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len();
+    let mut h: u32 = SEED ^ u32::try_from(length).unwrap_or(u32::MAX);
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        for (i, byte) in tail.iter().enumerate().rev() {
+            h ^= u32::from(*byte) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition the Java client (and Debezium) picks for `key`.
+pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    (murmur2(key) & 0x7fff_ffff) % partitions
+}
+
+/// Records grouped by a header's value, for duplicate and order checks.
+pub fn by_header(records: &[Record], name: &str) -> HashMap<String, Vec<Record>> {
+    let mut grouped: HashMap<String, Vec<Record>> = HashMap::new();
+    for record in records {
+        if let Some(value) = record.header(name) {
+            grouped.entry(value).or_default().push(record.clone());
+        }
+    }
+    grouped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kafka's UtilsTest.testMurmur2 vectors.
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        for (input, expected) in [
+            ("21", -973_932_308),
+            ("foobar", -790_332_482),
+            ("a-little-bit-long-string", -985_981_536),
+            ("a-little-bit-longer-string", -1_486_304_829),
+            (
+                "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+            ("abc", 479_470_107),
+        ] {
+            assert_eq!(murmur2(input.as_bytes()), expected, "{input}");
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Helpers for tests that talk to the real PostgreSQL and Kafka-protocol
+//! broker: a fresh database per test, private brokers that a test may stop
+//! and restart, collecting records with their headers, Kafka's key
+//! partitioner, child processes, and one retry helper for eventually-true
+//! assertions. Nothing here mocks anything.
+
+// A failed expectation in a helper is a failed test, with its message.
+#![allow(clippy::unwrap_used)]
+
+pub mod broker; // private tansu brokers for fault tests
+pub mod database; // a fresh database per test, dropped afterwards
+pub mod eventually; // the one retry-until-deadline helper
+pub mod kafka; // topics, record collection, the Java partitioner
+pub mod process; // service binaries as child processes, signals
