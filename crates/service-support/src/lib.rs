@@ -3,6 +3,7 @@
 //! settings. Each service keeps its own domain, HTTP API and wiring.
 
 pub mod config; // DatabaseUrl, durations, log format
+pub mod http; // problem+json, the JSON extractor, common layers, OpenAPI pages
 pub mod kafka; // librdkafka settings from the environment
 pub mod metrics; // the process-wide Prometheus recorder
 pub mod shutdown; // SIGTERM / SIGINT

@@ -7,12 +7,11 @@ mod order_id; // UUIDv7 order identifiers
 mod quantity; // how many of one sku
 mod sku; // stock-keeping unit codes
 mod trace_parent; // W3C trace context carried to Kafka
-mod validation; // per-field errors with JSON pointers
 
 pub use customer_id::CustomerId;
 pub use new_order::{NewOrder, NewOrderItem, OrderRequest, OrderRequestItem};
 pub use order_id::OrderId;
 pub use quantity::Quantity;
+pub use service_support::http::FieldError;
 pub use sku::Sku;
 pub use trace_parent::TraceParent;
-pub use validation::FieldError;

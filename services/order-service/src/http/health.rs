@@ -8,7 +8,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::ApiError;
+use service_support::http::Problem;
 
 /// How long readiness waits for the database before saying no.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(2);

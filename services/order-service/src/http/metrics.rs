@@ -1,11 +1,9 @@
 //! Prometheus metrics: the exposition endpoint and the per-request recorder.
 
 use std::sync::Once;
-use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::State;
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use service_support::metrics::PrometheusHandle;
 
@@ -55,22 +53,4 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
-}
-
-/// Counts and times every request by its route template (not its path, which
-/// would make one series per order id).
-pub(super) async fn track(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().to_string();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    let labels = [("method", method), ("route", route), ("status", status)];
-    metrics::counter!("http_requests_total", &labels).increment(1);
-    metrics::histogram!("http_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
-    response
 }

@@ -9,12 +9,12 @@ use time::format_description::well_known::Rfc3339;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
-use super::json::ValidJson;
+use super::error::ApiError;
 use crate::domain::{NewOrder, OrderId, OrderRequest, TraceParent};
 use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
 use crate::orders::{self, Order};
 use crate::outbox::{self, OutboxMessage};
+use service_support::http::{Problem, ValidJson};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Set on a response replayed for a repeated Idempotency-Key.

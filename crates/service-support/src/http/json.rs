@@ -7,14 +7,66 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
-use crate::domain::FieldError;
+use axum::response::{IntoResponse, Response};
+
+use super::problem::{FieldError, problem_response};
 
 /// The largest request body accepted (64 KiB).
 pub const BODY_LIMIT: usize = 64 * 1024;
 
+/// A JSON request body, deserialized into `T`.
 #[derive(Debug)]
-pub(super) struct ValidJson<T>(pub T);
+pub struct ValidJson<T>(pub T);
+
+/// Why a body was refused; each becomes its problem document.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonBodyError {
+    /// 415
+    #[error("expected Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// 413
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// 400
+    #[error("the request body is not valid JSON: {0}")]
+    Malformed(String),
+    /// 422
+    #[error("the request has {} invalid field(s)", .0.len())]
+    Invalid(Vec<FieldError>),
+}
+
+impl IntoResponse for JsonBodyError {
+    fn into_response(self) -> Response {
+        let detail = self.to_string();
+        let (status, problem_type, title, errors) = match self {
+            Self::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "/problems/unsupported-media-type",
+                "Unsupported media type",
+                Vec::new(),
+            ),
+            Self::PayloadTooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "/problems/payload-too-large",
+                "Payload too large",
+                Vec::new(),
+            ),
+            Self::Malformed(_) => (
+                StatusCode::BAD_REQUEST,
+                "/problems/malformed-json",
+                "Malformed JSON",
+                Vec::new(),
+            ),
+            Self::Invalid(errors) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "/problems/validation",
+                "Invalid request",
+                errors,
+            ),
+        };
+        problem_response(status, problem_type, title, detail, errors)
+    }
+}
 
 fn is_json_content_type(request: &Request) -> bool {
     let Some(value) = request.headers().get(header::CONTENT_TYPE) else {
@@ -52,27 +104,27 @@ where
     S: Send + Sync,
     T: DeserializeOwned,
 {
-    type Rejection = ApiError;
+    type Rejection = JsonBodyError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !is_json_content_type(&request) {
-            return Err(ApiError::UnsupportedMediaType);
+            return Err(JsonBodyError::UnsupportedMediaType);
         }
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge { limit: BODY_LIMIT }
+                    JsonBodyError::PayloadTooLarge { limit: BODY_LIMIT }
                 } else {
-                    ApiError::MalformedJson(rejection.body_text())
+                    JsonBodyError::Malformed(rejection.body_text())
                 }
             })?;
         let value: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|error| ApiError::MalformedJson(error.to_string()))?;
+            .map_err(|error| JsonBodyError::Malformed(error.to_string()))?;
         // serde would also read a struct from an array, by position; every
         // body of this API is an object.
         if !value.is_object() {
-            return Err(ApiError::Validation(vec![FieldError::new(
+            return Err(JsonBodyError::Invalid(vec![FieldError::new(
                 "",
                 "the body must be a JSON object",
             )]));
@@ -81,7 +133,7 @@ where
             .map(ValidJson)
             .map_err(|error| {
                 let detail = error.inner().to_string();
-                ApiError::Validation(vec![FieldError::new(pointer(error.path()), detail)])
+                JsonBodyError::Invalid(vec![FieldError::new(pointer(error.path()), detail)])
             })
     }
 }

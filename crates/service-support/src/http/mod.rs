@@ -1,0 +1,14 @@
+//! HTTP pieces every service's API shares: RFC 9457 problem documents, a JSON
+//! body extractor whose rejections are problems, the layers every request
+//! passes (request id, tracing, metrics, panics, time limit, body limit), and
+//! the OpenAPI document with its reference page.
+
+mod json; // the JSON body extractor
+mod layers; // common middleware and fallbacks
+mod openapi; // /openapi.json and /docs
+mod problem; // problem documents and field errors
+
+pub use json::{BODY_LIMIT, JsonBodyError, ValidJson};
+pub use layers::{describe_metrics, with_common_layers};
+pub use openapi::with_openapi_pages;
+pub use problem::{FieldError, PROBLEM_JSON, Problem, problem_response};

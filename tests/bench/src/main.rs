@@ -1,0 +1,31 @@
+//! `bench`: entrega's benchmarks, each run beside its baseline in the same
+//! process and reported as `ratio=`; the machine is shared and noisy, so
+//! only ratios from one run are compared. Run through `scripts/bench`.
+
+// Benchmarks are programs, not services: a failed step ends the run.
+#![allow(clippy::unwrap_used)]
+
+mod relay; // P2: the relay draining pre-filled rows vs a raw producer
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "bench", about = "entrega benchmarks, each beside its baseline")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// P2: the relay draining pre-filled outbox rows, beside a raw rdkafka
+    /// producer sending the same records with the same producer settings.
+    Relay(relay::Args),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Relay(args) => relay::run(args).await,
+    }
+}

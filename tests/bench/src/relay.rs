@@ -1,0 +1,194 @@
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use rdkafka::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use test_support::database::TestDatabase;
+use test_support::kafka::{bootstrap_servers, create_topic};
+use test_support::process::{Service, free_port};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Rows to drain.
+    #[arg(long, default_value_t = 100_000)]
+    rows: i64,
+    /// The relay binary (a release build).
+    #[arg(long, default_value = "target/release/outbox-relay")]
+    relay: String,
+}
+
+fn orders_server() -> String {
+    std::env::var("ORDER_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
+}
+
+/// Fills the outbox with `rows` PedidoCriado-sized events, one per order.
+async fn fill(pool: &PgPool, aggregate_type: &str, rows: i64) {
+    sqlx::query(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+         select gen_random_uuid(), $1, o.id::text, 'PedidoCriado',
+                jsonb_build_object('pedidoId', o.id, 'clienteId', 'c-' || (i % 1000),
+                                   'itens', jsonb_build_array(jsonb_build_object('sku', 'ABC-1', 'quantidade', 2),
+                                                              jsonb_build_object('sku', 'XYZ-9', 'quantidade', 1)),
+                                   'criadoEm', '2026-12-02T15:00:00Z')
+         from generate_series(1, $2) as i, lateral (select gen_random_uuid() as id offset 0) o
+         order by i",
+    )
+    .bind(aggregate_type)
+    .bind(rows)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("vacuum analyze outbox")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn pending(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The relay's drain rate: from its first published batch to an empty outbox.
+async fn relay_rate(args: &Args, bootstrap: &str) -> f64 {
+    let database = TestDatabase::create(&orders_server(), "bench_relay").await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(database.options.clone())
+        .await
+        .unwrap();
+    sqlx::migrate!("../../migrations/orders")
+        .run(&pool)
+        .await
+        .unwrap();
+    let aggregate_type = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let topic = format!("{aggregate_type}.eventos");
+    create_topic(bootstrap, &topic, 6).await;
+    fill(&pool, &aggregate_type, args.rows).await;
+
+    let http = format!("127.0.0.1:{}", free_port());
+    let url = database.url();
+    let relay = Service::start(
+        "outbox-relay",
+        &args.relay,
+        &[
+            "--database-url",
+            &url,
+            "--bootstrap-servers",
+            bootstrap,
+            "--http-addr",
+            &http,
+            "--topics",
+            &topic,
+        ],
+        &[("RUST_LOG", "warn".to_owned())],
+    );
+    // The clock starts at the first published batch: start-up is not drain.
+    let started_with = loop {
+        let left = pending(&pool).await;
+        if left < args.rows {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let started = Instant::now();
+    while pending(&pool).await > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    relay.terminate(Duration::from_secs(30)).await;
+    started_with as f64 / elapsed.as_secs_f64()
+}
+
+/// The same records from a raw producer with the relay's settings, all
+/// enqueued at once: the broker's and librdkafka's ceiling.
+async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
+    let topic = format!(
+        "bench-raw-{}.eventos",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    );
+    create_topic(bootstrap, &topic, 6).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let records: Vec<(String, String, String)> = (0..rows)
+        .map(|i| {
+            let order = uuid::Uuid::new_v4().to_string();
+            let value = format!(
+                r#"{{"itens":[{{"sku":"ABC-1","quantidade":2}},{{"sku":"XYZ-9","quantidade":1}}],"criadoEm":"2026-12-02T15:00:00Z","pedidoId":"{order}","clienteId":"c-{}"}}"#,
+                i % 1000
+            );
+            (order, value, uuid::Uuid::new_v4().to_string())
+        })
+        .collect();
+    // Warm up: the idempotent producer's first send sets up its producer id.
+    producer
+        .send(
+            FutureRecord::<str, str>::to(&topic)
+                .key("warm-up")
+                .payload("{}"),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut deliveries = Vec::with_capacity(records.len());
+    for (key, value, id) in &records {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "id",
+                value: Some(id.as_str()),
+            })
+            .insert(Header {
+                key: "eventType",
+                value: Some("PedidoCriado"),
+            })
+            .insert(Header::<&str> {
+                key: "traceparent",
+                value: None,
+            });
+        let mut record = FutureRecord::to(&topic)
+            .key(key.as_str())
+            .payload(value.as_str())
+            .headers(headers);
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => {
+                    deliveries.push(delivery);
+                    break;
+                }
+                Err((_, returned)) => {
+                    record = returned;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+    }
+    for report in join_all(deliveries).await {
+        report.unwrap().unwrap();
+    }
+    rows as f64 / started.elapsed().as_secs_f64()
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let bootstrap = bootstrap_servers();
+    let raw = raw_producer_rate(args.rows, &bootstrap).await;
+    let relay = relay_rate(&args, &bootstrap).await;
+    println!(
+        "P2 relay drain: rows={} relay={relay:.0} rows/s raw_producer={raw:.0} records/s ratio={:.2}",
+        args.rows,
+        relay / raw
+    );
+    Ok(())
+}
