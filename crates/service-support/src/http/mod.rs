@@ -3,11 +3,13 @@
 //! passes (request id, tracing, metrics, panics, time limit, body limit), and
 //! the OpenAPI document with its reference page.
 
+mod error; // the errors handlers return
 mod json; // the JSON body extractor
 mod layers; // common middleware and fallbacks
 mod openapi; // /openapi.json and /docs
 mod problem; // problem documents and field errors
 
+pub use error::ApiError;
 pub use json::{BODY_LIMIT, JsonBodyError, ValidJson};
 pub use layers::{describe_metrics, with_common_layers};
 pub use openapi::with_openapi_pages;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::ApiError;
+use service_support::http::ApiError;
 use service_support::http::Problem;
 
 /// How long readiness waits for the database before saying no.
@@ -37,7 +37,11 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>
     let ping = sqlx::query("select 1").execute(&state.pool);
     match tokio::time::timeout(READINESS_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(Json(Health { status: "ok" })),
-        Ok(Err(error)) => Err(ApiError::Unavailable(error)),
-        Err(_) => Err(ApiError::Unavailable(sqlx::Error::PoolTimedOut)),
+        Ok(Err(error)) => Err(ApiError::Unavailable(format!(
+            "the database does not answer: {error}"
+        ))),
+        Err(_) => Err(ApiError::Unavailable(
+            "the database did not answer in time".to_owned(),
+        )),
     }
 }

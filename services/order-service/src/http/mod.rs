@@ -1,6 +1,5 @@
 //! The HTTP API: one state, each module's routes, and the layers around them.
 
-mod error; // the API's errors as problem documents
 mod health; // /healthz and /readyz
 mod metrics; // /metrics and this service's metric names
 mod orders; // POST /orders, GET /orders/{id}
@@ -15,9 +14,9 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use error::ApiError;
 pub use metrics::recorder as metrics_recorder;
 pub use orders::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, OrderResponse};
+pub use service_support::http::ApiError;
 
 /// What every handler may use.
 #[derive(Clone, Debug)]

@@ -9,11 +9,11 @@ use time::format_description::well_known::Rfc3339;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::ApiError;
 use crate::domain::{NewOrder, OrderId, OrderRequest, TraceParent};
 use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
 use crate::orders::{self, Order};
 use crate::outbox::{self, OutboxMessage};
+use service_support::http::ApiError;
 use service_support::http::{Problem, ValidJson};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -160,7 +160,14 @@ pub(super) async fn create_order(
                 metrics::counter!("idempotent_replays_total").increment(1);
                 return Ok(respond(saved, true));
             }
-            Claim::Conflict => return Err(ApiError::IdempotencyKeyReused),
+            Claim::Conflict => {
+                return Err(ApiError::Unprocessable {
+                    problem_type: "/problems/idempotency-key-reused",
+                    title: "Idempotency-Key reused",
+                    detail: "this Idempotency-Key was already used with a different request body"
+                        .to_owned(),
+                });
+            }
         }
     }
     orders::insert(&mut tx, &order).await?;

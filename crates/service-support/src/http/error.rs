@@ -1,10 +1,11 @@
-//! The API's own errors, as RFC 9457 problem documents. Body errors (415,
-//! 413, 400, 422 for shape), unknown routes (404, 405) and time-outs (503) are
-//! answered by service_support::http in the same format.
+//! The errors a handler returns, as RFC 9457 problem documents. Body errors
+//! (415, 413, 400, 422 for shape), unknown routes (404, 405) and time-outs
+//! (503) are answered by the extractor and the layers in the same format.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use service_support::http::{FieldError, problem_response};
+
+use super::problem::{FieldError, problem_response};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -14,18 +15,29 @@ pub enum ApiError {
     /// 400: a path segment is not an id.
     #[error("{0} is not a valid id (expected a UUID)")]
     InvalidId(String),
+    /// 400: a path segment is not valid.
+    #[error("{parameter} is invalid: {reason}")]
+    InvalidPath {
+        parameter: &'static str,
+        reason: String,
+    },
     /// 404: the resource does not exist.
     #[error("{0}")]
     NotFound(String),
     /// 422: well-formed JSON that breaks the request's rules.
     #[error("the request has {} invalid field(s)", .0.len())]
     Validation(Vec<FieldError>),
-    /// 422: the Idempotency-Key was used with another body.
-    #[error("this Idempotency-Key was already used with a different request body")]
-    IdempotencyKeyReused,
-    /// 503: the database is unreachable (readiness).
-    #[error("the database is unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    /// 422: a request that is valid in itself but cannot be carried out;
+    /// `problem_type` names the service-specific reason.
+    #[error("{detail}")]
+    Unprocessable {
+        problem_type: &'static str,
+        title: &'static str,
+        detail: String,
+    },
+    /// 503: not ready (readiness): the reason.
+    #[error("not ready: {0}")]
+    Unavailable(String),
     /// 500: a database error; logged, never shown.
     #[error("database error")]
     Database(#[from] sqlx::Error),
@@ -48,17 +60,22 @@ impl IntoResponse for ApiError {
                 "/problems/invalid-id",
                 "Invalid id",
             ),
+            InvalidPath { .. } => (
+                StatusCode::BAD_REQUEST,
+                "/problems/invalid-path",
+                "Invalid path parameter",
+            ),
             NotFound(_) => (StatusCode::NOT_FOUND, "/problems/not-found", "Not found"),
             Validation(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "/problems/validation",
                 "Invalid request",
             ),
-            IdempotencyKeyReused => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "/problems/idempotency-key-reused",
-                "Idempotency-Key reused",
-            ),
+            Unprocessable {
+                problem_type,
+                title,
+                ..
+            } => (StatusCode::UNPROCESSABLE_ENTITY, *problem_type, *title),
             Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "/problems/unavailable",

@@ -1,0 +1,313 @@
+//! Configuration from the environment and the command line: options shared
+//! by every command, the service's own, and the tools' subcommands.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use service_support::config::{
+    DatabaseUrl, LogFormat, parse_database_url, parse_positive_duration,
+};
+use time::OffsetDateTime;
+
+use crate::event::DltReason;
+
+/// The inventory service: consumes pedido.eventos and reserves stock. With a
+/// subcommand, a tool for the dead-letter topic or the processed table.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "inventory-service", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// PostgreSQL URL of the inventory database.
+    #[arg(long, env = "INVENTORY_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/inventory",
+          value_parser = parse_database_url, global = true)]
+    pub database_url: DatabaseUrl,
+
+    /// Kafka bootstrap servers. Other KAFKA_* variables pass through to
+    /// librdkafka (KAFKA_SECURITY_PROTOCOL sets security.protocol).
+    #[arg(
+        long,
+        env = "KAFKA_BOOTSTRAP_SERVERS",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
+    pub bootstrap_servers: String,
+
+    /// The topic consumed.
+    #[arg(
+        long,
+        env = "INVENTORY_TOPIC",
+        default_value = "pedido.eventos",
+        global = true
+    )]
+    pub topic: String,
+
+    /// The dead-letter topic: at least as many partitions as the topic.
+    #[arg(
+        long,
+        env = "INVENTORY_DLT_TOPIC",
+        default_value = "pedido.eventos.dlt",
+        global = true
+    )]
+    pub dlt_topic: String,
+
+    /// The consumer group.
+    #[arg(
+        long,
+        env = "INVENTORY_GROUP",
+        default_value = "estoque",
+        global = true
+    )]
+    pub group: String,
+
+    /// Log format.
+    #[arg(long, env = "INVENTORY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+/// Options of the service itself (no subcommand, or `serve`).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address of the admin and inspection API (port 0 picks a free port).
+    #[arg(long, env = "INVENTORY_HTTP_ADDR", default_value = "127.0.0.1:8081")]
+    pub http_addr: SocketAddr,
+
+    /// Largest number of database connections.
+    #[arg(long, env = "INVENTORY_DB_POOL_SIZE", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub db_pool_size: u32,
+
+    /// Time limit for one HTTP request.
+    #[arg(long, env = "INVENTORY_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub request_timeout: Duration,
+
+    /// Time limit for one SQL statement; hitting it is a transient failure.
+    #[arg(long, env = "INVENTORY_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
+    pub statement_timeout: Duration,
+
+    /// Retries after a transient failure, before the DLT.
+    #[arg(long, env = "INVENTORY_RETRIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub retries: u32,
+
+    /// Wait between retries.
+    #[arg(long, env = "INVENTORY_RETRY_BACKOFF", default_value = "1s", value_parser = parse_positive_duration)]
+    pub retry_backoff: Duration,
+
+    /// Records the DLQ circuit looks back over.
+    #[arg(long, env = "INVENTORY_CIRCUIT_WINDOW", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub circuit_window: u32,
+
+    /// Share of dead-lettered records in the window that opens the circuit
+    /// (strictly more than this).
+    #[arg(long, env = "INVENTORY_CIRCUIT_MAX_DLT_SHARE", default_value_t = 0.5, value_parser = parse_share)]
+    pub circuit_max_dlt_share: f64,
+
+    /// Records seen before the circuit may open at all.
+    #[arg(long, env = "INVENTORY_CIRCUIT_MIN_RECORDS", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub circuit_min_records: u32,
+
+    /// Kafka session timeout: how long until a dead member's partitions move.
+    #[arg(long, env = "INVENTORY_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub session_timeout: Duration,
+
+    /// How long a revoke waits for the record in progress to finish.
+    #[arg(long, env = "INVENTORY_REVOKE_GRACE", default_value = "10s", value_parser = parse_positive_duration)]
+    pub revoke_grace: Duration,
+
+    /// Run the processed-table retention this often (off by default).
+    #[arg(long, env = "INVENTORY_RETENTION_EVERY", value_parser = parse_positive_duration)]
+    pub retention_every: Option<Duration>,
+
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+
+    /// Do not apply the inventory database migrations at start-up.
+    #[arg(long, env = "INVENTORY_NO_MIGRATE")]
+    pub no_migrate: bool,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the service (the default).
+    Serve,
+    /// Inspect and redrive the dead-letter topic.
+    #[command(subcommand)]
+    Dlt(DltCommand),
+    /// Delete mensagem_processada rows older than the retention, in batches.
+    Retention,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DltCommand {
+    /// List DLT records: partition, offset, key, id, reason, attempts, time.
+    List(DltFilter),
+    /// Show one DLT record with every header decoded.
+    Show {
+        #[arg(long)]
+        partition: i32,
+        #[arg(long)]
+        offset: i64,
+    },
+    /// Republish DLT records to their original topic (same key, value,
+    /// headers and id) once their cause is fixed.
+    Redrive(RedriveArgs),
+}
+
+/// Which DLT records a command looks at.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DltFilter {
+    /// Only this reason (invalid-json, missing-header, invalid-header,
+    /// unknown-event-type, schema-violation, retries-exhausted).
+    #[arg(long, value_parser = parse_reason)]
+    pub reason: Option<DltReason>,
+    /// Only this DLT partition.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Only this offset (with --partition).
+    #[arg(long, requires = "partition")]
+    pub offset: Option<i64>,
+    /// Only records dead-lettered at or after this time (RFC 3339, or a
+    /// duration ago such as 2h).
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<OffsetDateTime>,
+    /// Only records dead-lettered before this time.
+    #[arg(long, value_parser = parse_time)]
+    pub until: Option<OffsetDateTime>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RedriveArgs {
+    #[command(flatten)]
+    pub filter: DltFilter,
+    /// Show what would be redriven; publish and commit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Records per second at most.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+    /// The redrive's own consumer group on the DLT: its committed offsets
+    /// mark what was redriven.
+    #[arg(
+        long,
+        env = "INVENTORY_REDRIVE_GROUP",
+        default_value = "estoque.redrive"
+    )]
+    pub redrive_group: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RetentionArgs {
+    /// Keep mensagem_processada rows this long. Must cover the topic's
+    /// retention plus the redrive window, or a redelivered message would no
+    /// longer be recognised as a duplicate.
+    #[arg(long, env = "INVENTORY_RETENTION", default_value = "14d", value_parser = parse_positive_duration)]
+    pub retention: Duration,
+    /// How long after its first delivery a message may still be redriven.
+    #[arg(long, env = "INVENTORY_REDRIVE_WINDOW", default_value = "7d", value_parser = parse_positive_duration)]
+    pub redrive_window: Duration,
+    /// Accept a retention shorter than topic retention plus redrive window.
+    #[arg(long, env = "INVENTORY_RETENTION_FORCE")]
+    pub force_retention: bool,
+}
+
+fn parse_share(value: &str) -> Result<f64, String> {
+    let share: f64 = value
+        .parse()
+        .map_err(|_| format!("{value:?} is not a number"))?;
+    if (0.0..1.0).contains(&share) {
+        Ok(share)
+    } else {
+        Err("must be at least 0 and less than 1".to_owned())
+    }
+}
+
+fn parse_reason(value: &str) -> Result<DltReason, String> {
+    DltReason::parse(value).ok_or_else(|| {
+        let names: Vec<&str> = DltReason::ALL.iter().map(|r| r.as_str()).collect();
+        format!("unknown reason; one of {}", names.join(", "))
+    })
+}
+
+/// RFC 3339, or a duration meaning that long ago.
+fn parse_time(value: &str) -> Result<OffsetDateTime, String> {
+    if let Ok(at) = OffsetDateTime::parse(value, &time::format_description::well_known::Rfc3339) {
+        return Ok(at);
+    }
+    let ago = humantime_ago(value)?;
+    Ok(OffsetDateTime::now_utc() - ago)
+}
+
+fn humantime_ago(value: &str) -> Result<time::Duration, String> {
+    let duration = parse_positive_duration(value)
+        .map_err(|_| format!("{value:?} is neither an RFC 3339 time nor a duration such as 2h"))?;
+    time::Duration::try_from(duration).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_work_against_the_local_services() {
+        let cli = Cli::try_parse_from(["inventory-service"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.http_addr.to_string(), "127.0.0.1:8081");
+        assert_eq!(cli.serve.retries, 3);
+        assert_eq!(cli.serve.retry_backoff, Duration::from_secs(1));
+        assert_eq!(
+            cli.serve.retention.retention,
+            Duration::from_secs(14 * 86_400)
+        );
+        assert_eq!(cli.common.group, "estoque");
+    }
+
+    #[test]
+    fn subcommands_parse_with_their_filters() {
+        let cli = Cli::try_parse_from([
+            "inventory-service",
+            "dlt",
+            "redrive",
+            "--reason",
+            "retries-exhausted",
+            "--dry-run",
+            "--rate",
+            "5",
+        ])
+        .unwrap();
+        let Some(Command::Dlt(DltCommand::Redrive(args))) = cli.command else {
+            panic!("not a redrive");
+        };
+        assert_eq!(args.filter.reason, Some(DltReason::RetriesExhausted));
+        assert!(args.dry_run);
+        assert!(Cli::try_parse_from(["inventory-service", "dlt", "list", "--since", "2h"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["inventory-service", "dlt", "list", "--reason", "bad"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["inventory-service", "dlt", "list", "--offset", "3"]).is_err()
+        );
+    }
+
+    #[test]
+    fn invalid_service_values_are_refused() {
+        for args in [
+            vec!["inventory-service", "--circuit-max-dlt-share", "1.5"],
+            vec!["inventory-service", "--retry-backoff", "0s"],
+            vec!["inventory-service", "--db-pool-size", "1"],
+        ] {
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?} was accepted");
+        }
+    }
+}

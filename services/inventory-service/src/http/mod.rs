@@ -1,0 +1,57 @@
+//! The admin and inspection API: stock, reservations, health, metrics.
+
+mod health; // /healthz and /readyz
+mod metrics; // /metrics and the service's metric names
+mod reservations; // GET /reservations/{orderId}
+mod stock; // PUT and GET /stock/{sku}
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use service_support::http::{with_common_layers, with_openapi_pages};
+use service_support::metrics::PrometheusHandle;
+use sqlx::PgPool;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use metrics::recorder as metrics_recorder;
+
+use crate::circuit::Circuit;
+
+/// What every handler may use.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub metrics: PrometheusHandle,
+    pub circuit: Arc<Circuit>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "entrega inventory service",
+        description = "Stock and reservation outcomes. Reservations are made by the consumer of \
+                       `pedido.eventos`; this API sets stock and shows the results. Every error is \
+                       `application/problem+json` (RFC 9457)."
+    ),
+    tags(
+        (name = "stock", description = "Stock per sku"),
+        (name = "reservations", description = "Reservation outcomes per order"),
+        (name = "operations", description = "Health, readiness, metrics and this document"),
+    )
+)]
+struct ApiDoc;
+
+pub fn router(state: AppState, request_timeout: Duration) -> Router {
+    let (routes, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(stock::put_stock, stock::get_stock))
+        .routes(routes!(reservations::get_reservation))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(metrics::metrics))
+        .split_for_parts();
+    let routes = with_openapi_pages(routes, document).with_state(state);
+    with_common_layers(routes, request_timeout)
+}

@@ -1,0 +1,115 @@
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+use service_support::http::{ApiError, FieldError, Problem, ValidJson};
+use utoipa::ToSchema;
+
+use super::AppState;
+use crate::inventory::{self, Stock};
+
+/// The most units one sku may hold.
+const MAX_AVAILABLE: i64 = 1_000_000_000;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SetStock {
+    /// Units free to reserve, 0 to 1 000 000 000.
+    #[schema(example = 10, minimum = 0, maximum = 1_000_000_000)]
+    available: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StockResponse {
+    #[schema(example = "ABC-1")]
+    sku: String,
+    available: i32,
+    reserved: i32,
+}
+
+impl From<Stock> for StockResponse {
+    fn from(stock: Stock) -> Self {
+        Self {
+            sku: stock.sku,
+            available: stock.available,
+            reserved: stock.reserved,
+        }
+    }
+}
+
+fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let Path(sku) = path.map_err(|rejection| ApiError::InvalidPath {
+        parameter: "sku",
+        reason: rejection.body_text(),
+    })?;
+    let valid = (1..=64).contains(&sku.len())
+        && sku
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-');
+    if !valid {
+        return Err(ApiError::InvalidPath {
+            parameter: "sku",
+            reason: format!("{sku:?} does not match [A-Z0-9-]{{1,64}}"),
+        });
+    }
+    Ok(sku)
+}
+
+/// Sets the units available for a sku (creating it), keeping what is reserved.
+#[utoipa::path(
+    put,
+    path = "/stock/{sku}",
+    tag = "stock",
+    params(("sku" = String, Path, description = "[A-Z0-9-]{1,64}")),
+    request_body(content = SetStock, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The stock now", body = StockResponse),
+        (status = 400, description = "Invalid sku or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 64 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Content-Type is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Unexpected error (logged)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(super) async fn put_stock(
+    State(state): State<AppState>,
+    sku: Result<Path<String>, PathRejection>,
+    ValidJson(body): ValidJson<SetStock>,
+) -> Result<Json<StockResponse>, ApiError> {
+    let sku = sku_from_path(sku)?;
+    let available = i32::try_from(body.available)
+        .ok()
+        .filter(|available| (0..=MAX_AVAILABLE).contains(&i64::from(*available)))
+        .ok_or_else(|| {
+            ApiError::Validation(vec![FieldError::new(
+                "/available",
+                format!("must be between 0 and {MAX_AVAILABLE}"),
+            )])
+        })?;
+    let stock = inventory::set_available(&state.pool, &sku, available).await?;
+    Ok(Json(stock.into()))
+}
+
+/// Reads the stock of a sku.
+#[utoipa::path(
+    get,
+    path = "/stock/{sku}",
+    tag = "stock",
+    params(("sku" = String, Path, description = "[A-Z0-9-]{1,64}")),
+    responses(
+        (status = 200, description = "The stock", body = StockResponse),
+        (status = 400, description = "Invalid sku", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown sku", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Unexpected error (logged)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(super) async fn get_stock(
+    State(state): State<AppState>,
+    sku: Result<Path<String>, PathRejection>,
+) -> Result<Json<StockResponse>, ApiError> {
+    let sku = sku_from_path(sku)?;
+    inventory::stock(&state.pool, &sku)
+        .await?
+        .map(|stock| Json(stock.into()))
+        .ok_or_else(|| ApiError::NotFound(format!("no stock for sku {sku}")))
+}

@@ -1,0 +1,275 @@
+//! Building and running the service: database, topic checks, consumer, HTTP.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::producer::FutureProducer;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::circuit::Circuit;
+use crate::config::{Common, ServeArgs};
+use crate::consumer::{self, ConsumerSettings};
+use crate::http::{self, AppState};
+use crate::processor::{Processor, RetryPolicy};
+use crate::retention::{self, RetentionError};
+use crate::topics::{self, TopicError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot connect to the inventory database at {url}")]
+    Database {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("cannot apply the inventory database migrations")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid Kafka client configuration")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("the topics are not usable")]
+    Topics(#[from] TopicError),
+    #[error("the processed-table retention is not safe")]
+    Retention(#[from] RetentionError),
+}
+
+/// The database pool every command uses: SQL statements time out (a
+/// transient failure) instead of hanging a partition.
+pub async fn connect(
+    common: &Common,
+    max_connections: u32,
+    statement_timeout: Duration,
+) -> Result<PgPool, StartupError> {
+    let options = common.database_url.options.clone().options([(
+        "statement_timeout",
+        format!("{}", statement_timeout.as_millis()),
+    )]);
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .map_err(|source| StartupError::Database {
+            url: common.database_url.to_string(),
+            source,
+        })
+}
+
+/// The Kafka client settings every command starts from.
+pub fn kafka_config(common: &Common, settings: &[(&str, String)]) -> ClientConfig {
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    service_support::kafka::client_config(&common.bootstrap_servers, &settings)
+}
+
+#[derive(Debug)]
+pub struct Application {
+    common: Common,
+    serve: ServeArgs,
+    pool: PgPool,
+    listener: TcpListener,
+}
+
+impl Application {
+    pub async fn build(common: Common, serve: ServeArgs) -> Result<Self, StartupError> {
+        let pool = connect(&common, serve.db_pool_size, serve.statement_timeout).await?;
+        if !serve.no_migrate {
+            sqlx::migrate!("../../migrations/inventory")
+                .run(&pool)
+                .await?;
+        }
+        let listener =
+            TcpListener::bind(serve.http_addr)
+                .await
+                .map_err(|source| StartupError::Bind {
+                    addr: serve.http_addr,
+                    source,
+                })?;
+        Ok(Self {
+            common,
+            serve,
+            pool,
+            listener,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound TCP listener has a local address")
+    }
+
+    /// Serves until `shutdown`; then stops fetching, finishes the records in
+    /// progress, commits their offsets and leaves the group.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartupError> {
+        let token = CancellationToken::new();
+        let trigger = token.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            trigger.cancel();
+        });
+
+        let circuit = Arc::new(Circuit::new(
+            self.serve.circuit_window as usize,
+            self.serve.circuit_max_dlt_share,
+            self.serve.circuit_min_records as usize,
+        ));
+        let state = AppState {
+            pool: self.pool.clone(),
+            metrics: http::metrics_recorder(),
+            circuit: Arc::clone(&circuit),
+        };
+        tracing::info!(addr = %self.local_addr(), "inventory API listening");
+        let Self {
+            common,
+            serve,
+            pool,
+            listener,
+        } = self;
+        let http_token = token.clone();
+        let router = http::router(state, serve.request_timeout);
+        let http = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { http_token.cancelled().await })
+                .await
+        });
+
+        let result = consume(&common, &serve, &pool, circuit, &token).await;
+        token.cancel();
+        let _ = http.await;
+        pool.close().await;
+        result
+    }
+}
+
+async fn consume(
+    common: &Common,
+    serve: &ServeArgs,
+    pool: &PgPool,
+    circuit: Arc<Circuit>,
+    token: &CancellationToken,
+) -> Result<(), StartupError> {
+    let base = kafka_config(common, &[]);
+    if !wait_for_topics(&base, common, token).await? {
+        return Ok(());
+    }
+    if serve.retention_every.is_some() {
+        retention::check(&base, &common.topic, &serve.retention).await?;
+    }
+    let retention_task = serve.retention_every.map(|every| {
+        tokio::spawn(run_retention(
+            pool.clone(),
+            every,
+            serve.retention.retention,
+            token.clone(),
+        ))
+    });
+    let dlt_producer: FutureProducer = kafka_config(
+        common,
+        &[
+            ("enable.idempotence", "true".to_owned()),
+            ("acks", "all".to_owned()),
+        ],
+    )
+    .create()?;
+    let processor = Arc::new(Processor {
+        pool: pool.clone(),
+        dlt_producer,
+        dlt_topic: common.dlt_topic.clone(),
+        group: common.group.clone(),
+        retry: RetryPolicy {
+            retries: serve.retries,
+            backoff: serve.retry_backoff,
+        },
+        circuit,
+    });
+    let settings = ConsumerSettings {
+        topic: common.topic.clone(),
+        group: common.group.clone(),
+        revoke_grace: serve.revoke_grace,
+        lag_interval: Duration::from_secs(10),
+    };
+    let consumer_config = kafka_config(
+        common,
+        &consumer::consumer_settings(&common.group, serve.session_timeout),
+    );
+    consumer::run(settings, consumer_config, processor, token.clone()).await?;
+    if let Some(task) = retention_task {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+/// Checks the topics, retrying while the broker is unreachable; false if
+/// shutdown came first.
+async fn wait_for_topics(
+    config: &ClientConfig,
+    common: &Common,
+    token: &CancellationToken,
+) -> Result<bool, StartupError> {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        let (config, topic, dlt) = (
+            config.clone(),
+            common.topic.clone(),
+            common.dlt_topic.clone(),
+        );
+        let checked = tokio::task::spawn_blocking(move || topics::check(&config, &topic, &dlt))
+            .await
+            .unwrap_or_else(|_| Err(TopicError::Missing(common.topic.clone())));
+        match checked {
+            Ok((source, dlt)) => {
+                tracing::info!(
+                    source_partitions = source,
+                    dlt_partitions = dlt,
+                    "topics checked"
+                );
+                return Ok(true);
+            }
+            Err(error) if error.is_retryable() => {
+                tracing::warn!(error.cause_chain = ?error, error.message = %error, "broker not reachable yet; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = token.cancelled() => return Ok(false),
+                }
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+async fn run_retention(
+    pool: PgPool,
+    every: Duration,
+    retention: Duration,
+    token: CancellationToken,
+) {
+    let mut interval = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            () = token.cancelled() => return,
+        }
+        match retention::run_once(&pool, retention).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "processed-table retention"),
+            Err(error) => {
+                tracing::warn!(error.message = %error, "processed-table retention failed")
+            }
+        }
+    }
+}
