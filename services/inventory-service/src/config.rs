@@ -212,13 +212,13 @@ pub struct RetentionArgs {
     /// Keep mensagem_processada rows this long. Must cover the topic's
     /// retention plus the redrive window, or a redelivered message would no
     /// longer be recognised as a duplicate.
-    #[arg(long, env = "INVENTORY_RETENTION", default_value = "14d", value_parser = parse_positive_duration)]
+    #[arg(long, env = "INVENTORY_RETENTION", default_value = "14d", value_parser = parse_positive_duration, global = true)]
     pub retention: Duration,
     /// How long after its first delivery a message may still be redriven.
-    #[arg(long, env = "INVENTORY_REDRIVE_WINDOW", default_value = "7d", value_parser = parse_positive_duration)]
+    #[arg(long, env = "INVENTORY_REDRIVE_WINDOW", default_value = "7d", value_parser = parse_positive_duration, global = true)]
     pub redrive_window: Duration,
     /// Accept a retention shorter than topic retention plus redrive window.
-    #[arg(long, env = "INVENTORY_RETENTION_FORCE")]
+    #[arg(long, env = "INVENTORY_RETENTION_FORCE", global = true)]
     pub force_retention: bool,
 }
 

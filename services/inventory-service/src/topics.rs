@@ -63,7 +63,11 @@ pub fn check(config: &ClientConfig, topic: &str, dlt: &str) -> Result<(usize, us
     Ok((source_partitions, dlt_partitions))
 }
 
-/// The topic's `retention.ms`; `None` when retention is unlimited (-1).
+/// Kafka's default `log.retention.hours` (168).
+const KAFKA_DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3_600);
+
+/// The topic's `retention.ms`; `None` when retention is unlimited (-1). A
+/// broker that does not report it is taken to use Kafka's default, 7 days.
 pub async fn retention(config: &ClientConfig, topic: &str) -> Result<Option<Duration>, TopicError> {
     let admin: AdminClient<DefaultClientContext> =
         config.create().map_err(TopicError::Unreachable)?;
@@ -77,10 +81,16 @@ pub async fn retention(config: &ClientConfig, topic: &str) -> Result<Option<Dura
         .next()
         .and_then(Result::ok)
         .ok_or_else(|| TopicError::Config(topic.to_owned()))?;
-    let value = resource
+    let Some(value) = resource
         .get("retention.ms")
         .and_then(|entry| entry.value.clone())
-        .ok_or_else(|| TopicError::Config(topic.to_owned()))?;
+    else {
+        tracing::warn!(
+            topic,
+            "the broker does not report retention.ms; assuming Kafka's default of 7 days"
+        );
+        return Ok(Some(KAFKA_DEFAULT_RETENTION));
+    };
     let millis: i64 = value
         .parse()
         .map_err(|_| TopicError::Config(topic.to_owned()))?;

@@ -28,7 +28,13 @@ pub(super) fn read(
     dlt: &str,
     start: &HashMap<i32, i64>,
 ) -> Result<Vec<SourceRecord>, ReadError> {
-    let consumer: BaseConsumer = config.clone().set("enable.auto.commit", "false").create()?;
+    // librdkafka assigns partitions only under a group id; this one never
+    // commits anything.
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", "estoque.dlt-reader")
+        .set("enable.auto.commit", "false")
+        .create()?;
     let partitions = topics::partition_count(&consumer, dlt)?;
     let mut ends: HashMap<i32, i64> = HashMap::new();
     let mut assignment = TopicPartitionList::new();

@@ -1,0 +1,175 @@
+use std::time::Duration;
+
+use test_support::eventually::eventually;
+use uuid::Uuid;
+
+use crate::helpers::{InventoryTest, Outgoing, PARTITIONS};
+
+#[tokio::test]
+async fn a_duplicate_delivery_reserves_stock_once() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 10).await;
+    let service = test.start(&[], &[]).await;
+    let order = Uuid::now_v7();
+    let record = Outgoing::order(order, &[("ABC-1", 3)]);
+
+    test.produce(&record).await;
+    test.produce(&record).await;
+
+    assert_eq!(test.wait_for_reservation(order).await.0, "RESERVED");
+    eventually(
+        "the duplicate is counted",
+        Duration::from_secs(30),
+        || async { (service.metric("consumer_duplicates_total").await >= 1.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(test.stock("ABC-1").await, (7, 3));
+    assert_eq!(
+        test.count("select count(*) from mensagem_processada").await,
+        1
+    );
+    service.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn one_message_on_two_consumers_at_once_has_one_effect_and_no_dead_letter() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 100).await;
+    let first = test.start(&[], &[]).await;
+    let second = test.start(&[], &[]).await;
+    eventually(
+        "both consumers own partitions",
+        Duration::from_secs(60),
+        || async {
+            let (a, b) = (
+                first.metric("consumer_assigned_partitions").await,
+                second.metric("consumer_assigned_partitions").await,
+            );
+            (a > 0.0 && b > 0.0 && a + b == f64::from(PARTITIONS)).then_some(())
+        },
+    )
+    .await;
+    let order = Uuid::now_v7();
+    let record = Outgoing::order(order, &[("ABC-1", 5)]);
+
+    // The same message on every partition: both consumers race for it.
+    for partition in 0..PARTITIONS {
+        test.produce(&record.clone().on_partition(partition)).await;
+    }
+
+    assert_eq!(test.wait_for_reservation(order).await.0, "RESERVED");
+    eventually(
+        "all six deliveries are done",
+        Duration::from_secs(60),
+        || async {
+            let done = first.metric("consumer_processed_total").await
+                + second.metric("consumer_processed_total").await;
+            (done >= 6.0).then_some(())
+        },
+    )
+    .await;
+    let duplicates = first.metric("consumer_duplicates_total").await
+        + second.metric("consumer_duplicates_total").await;
+    assert_eq!(duplicates, 5.0);
+    assert_eq!(test.stock("ABC-1").await, (95, 5));
+    let dead = first.metric("consumer_dlt_total").await + second.metric("consumer_dlt_total").await;
+    assert_eq!(dead, 0.0);
+    first.service.terminate(Duration::from_secs(30)).await;
+    second.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn an_order_that_exceeds_stock_is_rejected_whole_and_nothing_is_dead_lettered() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 10).await;
+    test.set_stock("XYZ-9", 2).await;
+    let service = test.start(&[], &[]).await;
+    let order = Uuid::now_v7();
+
+    test.produce(&Outgoing::order(order, &[("ABC-1", 4), ("XYZ-9", 3)]))
+        .await;
+
+    let (status, reason) = test.wait_for_reservation(order).await;
+    assert_eq!(status, "REJECTED");
+    assert_eq!(
+        reason.as_deref(),
+        Some("insufficient stock for XYZ-9: requested 3, available 2")
+    );
+    assert_eq!(test.stock("ABC-1").await, (10, 0), "all or nothing");
+    assert_eq!(test.stock("XYZ-9").await, (2, 0));
+    // An unknown sku is a business outcome too.
+    let unknown = Uuid::now_v7();
+    test.produce(&Outgoing::order(unknown, &[("NOPE-1", 1)]))
+        .await;
+    assert_eq!(
+        test.wait_for_reservation(unknown).await.1.as_deref(),
+        Some("unknown sku NOPE-1")
+    );
+    assert_eq!(service.metric("consumer_dlt_total").await, 0.0);
+    service.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_kill_between_the_database_commit_and_the_offset_commit_still_reserves_once() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 1_000).await;
+    // Offsets are stored but never committed before the kill: every record
+    // processed is delivered again after the restart.
+    let no_commit = [("KAFKA_AUTO_COMMIT_INTERVAL_MS", "600000".to_owned())];
+    let service = test.start(&[], &no_commit).await;
+    let orders: Vec<Uuid> = (0..20).map(|_| Uuid::now_v7()).collect();
+    for order in &orders {
+        test.produce(&Outgoing::order(*order, &[("ABC-1", 2)]))
+            .await;
+    }
+    for order in &orders {
+        test.wait_for_reservation(*order).await;
+    }
+
+    service.service.kill().await;
+    // tansu: a member restarted within its session timeout may get no
+    // partitions (docs/local-services.md); wait the session out.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let restarted = test.start(&[], &[]).await;
+
+    eventually(
+        "the redelivered records are absorbed",
+        Duration::from_secs(60),
+        || async { (restarted.metric("consumer_duplicates_total").await >= 20.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(test.stock("ABC-1").await, (960, 40));
+    assert_eq!(test.count("select count(*) from reservations").await, 20);
+    assert_eq!(
+        test.count("select count(*) from mensagem_processada").await,
+        20
+    );
+    restarted.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn shutdown_commits_what_was_processed() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 1_000).await;
+    let no_auto_commit = [("KAFKA_AUTO_COMMIT_INTERVAL_MS", "600000".to_owned())];
+    let service = test.start(&[], &no_auto_commit).await;
+    let orders: Vec<Uuid> = (0..10).map(|_| Uuid::now_v7()).collect();
+    for order in &orders {
+        test.produce(&Outgoing::order(*order, &[("ABC-1", 1)]))
+            .await;
+    }
+    for order in &orders {
+        test.wait_for_reservation(*order).await;
+    }
+
+    assert_eq!(
+        service.service.terminate(Duration::from_secs(30)).await,
+        Some(0)
+    );
+
+    // The final commit happened: a new consumer sees nothing to redo.
+    let restarted = test.start(&[], &[]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(restarted.metric("consumer_duplicates_total").await, 0.0);
+    restarted.service.terminate(Duration::from_secs(30)).await;
+}

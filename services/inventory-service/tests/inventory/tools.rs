@@ -1,0 +1,154 @@
+use std::time::Duration;
+
+use test_support::eventually::eventually;
+use uuid::Uuid;
+
+use crate::helpers::{InventoryTest, Outgoing};
+
+#[tokio::test]
+async fn dlt_list_and_show_describe_the_dead_letters() {
+    let test = InventoryTest::new().await;
+    let service = test.start(&[], &[]).await;
+    let mut broken = Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]);
+    broken.value = Some("{oops".to_owned());
+    let id = broken.message_id().unwrap().to_owned();
+    test.produce(&broken.on_partition(3)).await;
+    test.dlt_records(1).await;
+
+    let (code, listed) = test
+        .tool(&["dlt", "list", "--reason", "invalid-json"])
+        .await;
+    assert_eq!(code, Some(0));
+    assert!(
+        listed.contains(&id) && listed.contains("invalid-json"),
+        "{listed}"
+    );
+    let (_, other_reason) = test
+        .tool(&["dlt", "list", "--reason", "schema-violation"])
+        .await;
+    assert!(!other_reason.contains(&id), "{other_reason}");
+
+    let (code, shown) = test
+        .tool(&["dlt", "show", "--partition", "3", "--offset", "0"])
+        .await;
+    assert_eq!(code, Some(0));
+    for expected in [
+        "kafka_dlt-original-partition: 3".to_owned(),
+        "kafka_dlt-original-offset: 0".to_owned(),
+        format!("kafka_dlt-original-topic: {}", test.topic),
+        "dlt-reason: invalid-json".to_owned(),
+        "dlt-attempts: 1".to_owned(),
+        "traceparent: (null)".to_owned(),
+        "value:     {oops".to_owned(),
+    ] {
+        assert!(shown.contains(&expected), "no {expected:?} in:\n{shown}");
+    }
+    service.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_redriven_record_whose_cause_was_fixed_is_processed_once_and_a_second_redrive_is_a_duplicate()
+ {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 10).await;
+    let service = test
+        .start(&["--statement-timeout", "200ms", "--retries", "1"], &[])
+        .await;
+    // The cause: a lock that makes every attempt time out.
+    let mut lock = test.pool.begin().await.unwrap();
+    sqlx::query("select * from stock for update")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let order = Uuid::now_v7();
+    test.produce(&Outgoing::order(order, &[("ABC-1", 3)])).await;
+    let dead = test.dlt_records(1).await;
+    assert_eq!(
+        dead[0].header("dlt-reason").as_deref(),
+        Some("retries-exhausted")
+    );
+    lock.rollback().await.unwrap();
+
+    let (code, dry) = test.tool(&["dlt", "redrive", "--dry-run"]).await;
+    assert_eq!(code, Some(0), "{dry}");
+    assert_eq!(
+        test.reservation(order).await,
+        None,
+        "a dry run publishes nothing"
+    );
+
+    let (code, _) = test.tool(&["dlt", "redrive", "--rate", "100"]).await;
+    assert_eq!(code, Some(0));
+    assert_eq!(test.wait_for_reservation(order).await.0, "RESERVED");
+    assert_eq!(test.stock("ABC-1").await, (7, 3));
+    let (_, again) = test.tool(&["dlt", "redrive", "--dry-run"]).await;
+    assert!(
+        !again.contains("would redrive"),
+        "the group offset marks it redriven: {again}"
+    );
+
+    // Redriving it on purpose once more: a duplicate, no effect.
+    let partition = dead[0].partition.to_string();
+    let offset = dead[0].offset.to_string();
+    let (code, _) = test
+        .tool(&[
+            "dlt",
+            "redrive",
+            "--partition",
+            &partition,
+            "--offset",
+            &offset,
+            "--redrive-group",
+            "estoque.redrive.again",
+        ])
+        .await;
+    assert_eq!(code, Some(0));
+    eventually(
+        "the second redrive is absorbed",
+        Duration::from_secs(60),
+        || async { (service.metric("consumer_duplicates_total").await >= 1.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(test.stock("ABC-1").await, (7, 3));
+    service.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn retention_refuses_an_unsafe_window_and_deletes_old_rows_in_batches() {
+    let test = InventoryTest::new().await;
+    sqlx::query(
+        "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
+         select 'estoque.reserva', gen_random_uuid(), now() - interval '30 days' from generate_series(1, 12000)",
+    )
+    .execute(&test.pool)
+    .await
+    .unwrap();
+    sqlx::query("insert into mensagem_processada (consumidor, mensagem_id) values ('estoque.reserva', gen_random_uuid())")
+        .execute(&test.pool)
+        .await
+        .unwrap();
+
+    let (code, _) = test.tool(&["retention", "--retention", "1d"]).await;
+    assert_ne!(
+        code,
+        Some(0),
+        "one day is shorter than topic retention plus the redrive window"
+    );
+    assert_eq!(
+        test.count("select count(*) from mensagem_processada").await,
+        12_001
+    );
+
+    let (code, out) = test.tool(&["retention"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("deleted 12000"), "{out}");
+    assert_eq!(
+        test.count("select count(*) from mensagem_processada").await,
+        1
+    );
+
+    let (code, _) = test
+        .tool(&["retention", "--retention", "1h", "--force-retention"])
+        .await;
+    assert_eq!(code, Some(0));
+}
