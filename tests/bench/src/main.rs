@@ -5,6 +5,7 @@
 // Benchmarks are programs, not services: a failed step ends the run.
 #![allow(clippy::unwrap_used)]
 
+mod consumer; // P3: the consumer vs the same transaction in SQL
 mod relay; // P2: the relay draining pre-filled rows vs a raw producer
 
 use clap::{Parser, Subcommand};
@@ -21,11 +22,15 @@ enum Command {
     /// P2: the relay draining pre-filled outbox rows, beside a raw rdkafka
     /// producer sending the same records with the same producer settings.
     Relay(relay::Args),
+    /// P3: the inventory consumer on pre-produced records, beside the same
+    /// dedupe + reserve transaction run straight from SQL.
+    Consumer(consumer::Args),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Relay(args) => relay::run(args).await,
+        Command::Consumer(args) => consumer::run(args).await,
     }
 }
