@@ -1,0 +1,419 @@
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use test_support::broker::PrivateBroker;
+use test_support::database::TestDatabase;
+use test_support::eventually::eventually;
+use test_support::kafka::create_topic;
+use test_support::process::{Service, free_port};
+
+pub const TOPIC: &str = "pedido.eventos";
+pub const DLT: &str = "pedido.eventos.dlt";
+pub const PARTITIONS: i32 = 6;
+/// Short, so a killed consumer's partitions move quickly.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// The service binaries built next to this test (`cargo build --workspace`).
+fn binary(name: &str) -> String {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/e2e-<hash> -> target/<profile>/<name>
+    let path: PathBuf = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join(name))
+        .expect("a target directory");
+    assert!(
+        path.exists(),
+        "{} is missing: build the services first (cargo build --workspace --bins; scripts/test does)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+fn server(variable: &str, default: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| default.to_owned())
+}
+
+/// Which kind of service a process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Orders,
+    Relay,
+    Inventory,
+}
+
+/// A running service with its HTTP address.
+#[derive(Debug)]
+pub struct Running {
+    pub kind: Kind,
+    pub service: Service,
+    pub http: String,
+}
+
+impl Running {
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let text = reqwest::get(format!("{}/metrics", self.http))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        Some(
+            text.lines()
+                .filter(|line| line.starts_with(prefix))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    pub relays: usize,
+    pub consumers: usize,
+    /// Stock per sku at the start.
+    pub stock: Vec<(&'static str, i32)>,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        Self {
+            relays: 1,
+            consumers: 1,
+            stock: vec![
+                ("ABC-1", 100_000),
+                ("XYZ-9", 100_000),
+                ("DEF-2", 100_000),
+                ("LOW-1", 30),
+            ],
+        }
+    }
+}
+
+/// Where the services of one pipeline find their infrastructure.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub broker: String,
+    pub orders_url: String,
+    pub inventory_url: String,
+}
+
+impl Endpoints {
+    fn args(&self, kind: Kind, http: &str) -> Vec<String> {
+        let list = |items: &[&str]| {
+            items
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect::<Vec<String>>()
+        };
+        match kind {
+            Kind::Orders => list(&["--database-url", &self.orders_url, "--http-addr", http]),
+            Kind::Relay => list(&[
+                "--database-url",
+                &self.orders_url,
+                "--bootstrap-servers",
+                &self.broker,
+                "--http-addr",
+                http,
+                // Kept, so the invariants can see every outbox row.
+                "--retain-published",
+                "1d",
+                "--poll-interval",
+                "20ms",
+                "--failover-interval",
+                "200ms",
+                "--max-backoff",
+                "1s",
+                "--delivery-timeout",
+                "10s",
+            ]),
+            Kind::Inventory => list(&[
+                "--database-url",
+                &self.inventory_url,
+                "--bootstrap-servers",
+                &self.broker,
+                "--http-addr",
+                http,
+                "--session-timeout",
+                &format!("{}s", SESSION_TIMEOUT.as_secs()),
+                "--revoke-grace",
+                "5s",
+            ]),
+        }
+    }
+
+    /// Starts a service and waits until it answers.
+    pub async fn spawn(&self, kind: Kind, envs: &[(&str, String)]) -> Running {
+        let name = match kind {
+            Kind::Orders => "order-service",
+            Kind::Relay => "outbox-relay",
+            Kind::Inventory => "inventory-service",
+        };
+        let http = format!("127.0.0.1:{}", free_port());
+        let args = self.args(kind, &http);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut envs = envs.to_vec();
+        envs.push((
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        ));
+        let running = Running {
+            kind,
+            service: Service::start(name, &binary(name), &args, &envs),
+            http: format!("http://{http}"),
+        };
+        let url = format!("{}/healthz", running.http);
+        eventually(
+            &format!("{name} answers"),
+            Duration::from_secs(60),
+            || async {
+                reqwest::get(&url)
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .map(|_| ())
+            },
+        )
+        .await;
+        running
+    }
+}
+
+/// Duplicates absorbed per consumer process (by its address), the highest
+/// count seen: a consumer killed later still counts what it absorbed before.
+type DuplicatesSeen = Arc<Mutex<HashMap<String, f64>>>;
+
+fn remember(seen: &DuplicatesSeen, address: &str, value: f64) {
+    let mut seen = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let entry = seen.entry(address.to_owned()).or_insert(0.0);
+    *entry = entry.max(value);
+}
+
+/// One scenario's whole system.
+pub struct Pipeline {
+    pub broker: PrivateBroker,
+    pub endpoints: Endpoints,
+    _orders_db: TestDatabase,
+    pub orders: PgPool,
+    _inventory_db: TestDatabase,
+    pub inventory: PgPool,
+    pub order_service: Running,
+    pub relays: Vec<Running>,
+    pub consumers: Vec<Running>,
+    pub initial_stock: HashMap<String, i32>,
+    /// Faults injected so far.
+    pub faults: u32,
+    duplicates_seen: DuplicatesSeen,
+    watched: Arc<Mutex<Vec<String>>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    pub async fn start(options: PipelineOptions) -> Self {
+        let broker = PrivateBroker::start().await;
+        create_topic(&broker.address, TOPIC, PARTITIONS).await;
+        create_topic(&broker.address, DLT, PARTITIONS).await;
+        let orders_db = TestDatabase::create(
+            &server(
+                "ORDER_DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/orders",
+            ),
+            "e2e_orders",
+        )
+        .await;
+        let inventory_db = TestDatabase::create(
+            &server(
+                "INVENTORY_DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/inventory",
+            ),
+            "e2e_inventory",
+        )
+        .await;
+        let endpoints = Endpoints {
+            broker: broker.address.clone(),
+            orders_url: orders_db.url(),
+            inventory_url: inventory_db.url(),
+        };
+        let order_service = endpoints.spawn(Kind::Orders, &[]).await;
+        let connect = |db: &TestDatabase| {
+            let options = db.options.clone();
+            async move {
+                PgPoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(options)
+                    .await
+                    .unwrap()
+            }
+        };
+        let orders = connect(&orders_db).await;
+        let duplicates_seen: DuplicatesSeen = Arc::new(Mutex::new(HashMap::new()));
+        let watched = Arc::new(Mutex::new(Vec::new()));
+        let watcher = tokio::spawn(watch_duplicates(
+            Arc::clone(&watched),
+            Arc::clone(&duplicates_seen),
+        ));
+        let mut pipeline = Self {
+            broker,
+            endpoints,
+            _orders_db: orders_db,
+            orders,
+            inventory: connect(&inventory_db).await,
+            _inventory_db: inventory_db,
+            order_service,
+            relays: Vec::new(),
+            consumers: Vec::new(),
+            initial_stock: HashMap::new(),
+            faults: 0,
+            duplicates_seen,
+            watched,
+            watcher,
+        };
+        for _ in 0..options.relays {
+            pipeline.start_relay().await;
+        }
+        for _ in 0..options.consumers {
+            pipeline.start_consumer().await;
+        }
+        for (sku, available) in options.stock {
+            pipeline.set_stock(sku, available).await;
+        }
+        pipeline
+    }
+
+    pub async fn start_consumer(&mut self) {
+        self.start_consumer_with(&[]).await;
+    }
+
+    pub async fn start_consumer_with(&mut self, envs: &[(&str, String)]) {
+        let consumer = self.endpoints.spawn(Kind::Inventory, envs).await;
+        eventually(
+            "the consumer owns partitions",
+            Duration::from_secs(60),
+            || async {
+                consumer
+                    .metric("consumer_assigned_partitions")
+                    .await
+                    .filter(|p| *p > 0.0)
+                    .map(|_| ())
+            },
+        )
+        .await;
+        self.watched.lock().unwrap().push(consumer.http.clone());
+        self.consumers.push(consumer);
+    }
+
+    pub async fn start_relay(&mut self) {
+        let relay = self.endpoints.spawn(Kind::Relay, &[]).await;
+        self.relays.push(relay);
+    }
+
+    /// SIGKILL one process, counted as a fault.
+    pub async fn kill(&mut self, kind: Kind, index: usize) {
+        let running = match kind {
+            Kind::Relay => self.relays.remove(index),
+            Kind::Inventory => self.consumers.remove(index),
+            Kind::Orders => panic!("the order service is not a fault target"),
+        };
+        if kind == Kind::Inventory
+            && let Some(value) = running.metric("consumer_duplicates_total").await
+        {
+            remember(&self.duplicates_seen, &running.http, value);
+        }
+        running.service.kill().await;
+        self.faults += 1;
+    }
+
+    /// Sends a signal; every signal but SIGCONT counts as a fault.
+    pub fn signal(&mut self, kind: Kind, index: usize, signal: Signal) {
+        let running = match kind {
+            Kind::Relay => &self.relays[index],
+            Kind::Inventory => &self.consumers[index],
+            Kind::Orders => &self.order_service,
+        };
+        running.service.signal(signal);
+        if signal != Signal::SIGCONT {
+            self.faults += 1;
+        }
+    }
+
+    pub async fn set_stock(&mut self, sku: &str, available: i32) {
+        let url = format!("{}/stock/{sku}", self.consumers[0].http);
+        let reply = reqwest::Client::new()
+            .put(url)
+            .json(&serde_json::json!({"available": available}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            reply.status().is_success(),
+            "setting stock of {sku}: {}",
+            reply.status()
+        );
+        self.initial_stock.insert(sku.to_owned(), available);
+    }
+
+    /// Duplicates absorbed by all consumer processes so far.
+    pub async fn consumer_duplicates(&self) -> f64 {
+        for consumer in &self.consumers {
+            if let Some(value) = consumer.metric("consumer_duplicates_total").await {
+                remember(&self.duplicates_seen, &consumer.http, value);
+            }
+        }
+        self.duplicates_seen.lock().unwrap().values().sum()
+    }
+
+    /// Stops every service gracefully (SIGTERM), checking each exits 0.
+    pub async fn stop(self) {
+        self.watcher.abort();
+        let grace = Duration::from_secs(60);
+        for running in self.consumers.into_iter().chain(self.relays) {
+            assert_eq!(
+                running.service.terminate(grace).await,
+                Some(0),
+                "{:?} did not stop cleanly",
+                running.kind
+            );
+        }
+        assert_eq!(self.order_service.service.terminate(grace).await, Some(0));
+    }
+}
+
+async fn watch_duplicates(watched: Arc<Mutex<Vec<String>>>, seen: DuplicatesSeen) {
+    let client = reqwest::Client::new();
+    loop {
+        let addresses = watched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for address in addresses {
+            let Ok(reply) = client.get(format!("{address}/metrics")).send().await else {
+                continue;
+            };
+            let Ok(text) = reply.text().await else {
+                continue;
+            };
+            let value: f64 = text
+                .lines()
+                .filter(|l| l.starts_with("consumer_duplicates_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            remember(&seen, &address, value);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

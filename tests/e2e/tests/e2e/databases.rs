@@ -1,0 +1,38 @@
+use std::time::Duration;
+
+use e2e::invariants::{check, settle};
+use e2e::load::place_orders_in_background;
+use e2e::report::{assert_sound, report};
+use e2e::{Pipeline, PipelineOptions};
+
+/// Terminates every other session on the pool's database.
+async fn terminate_sessions(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
+          where datname = current_database() and pid <> pg_backend_pid()) terminated",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_connections_terminated_mid_load_lose_nothing() {
+    let mut pipeline = Pipeline::start(PipelineOptions::default()).await;
+    let load = place_orders_in_background(&pipeline.order_service.http, 600, 4, 9);
+
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let orders = terminate_sessions(&pipeline.orders).await;
+        let inventory = terminate_sessions(&pipeline.inventory).await;
+        assert!(orders + inventory > 0, "no session was there to terminate");
+        pipeline.faults += 1;
+    }
+    let placed = load.await.unwrap();
+    settle(&pipeline, &placed, Duration::from_secs(180)).await;
+
+    let outcome = check(&pipeline, &placed, &[]).await;
+    report("postgres_terminate_backend", &outcome);
+    assert_sound(&outcome);
+    pipeline.stop().await;
+}

@@ -1,0 +1,107 @@
+use std::time::Duration;
+
+use e2e::invariants::{check, settle};
+use e2e::load::place_orders_in_background;
+use e2e::pipeline::Kind;
+use e2e::report::{assert_sound, report};
+use e2e::{Pipeline, PipelineOptions};
+use test_support::eventually::eventually;
+
+/// Locks the pending outbox rows (once there are some), so the relay
+/// publishes a batch and then blocks recording it; returns once it blocks.
+/// Killing it then is a kill between publish and record, for certain.
+async fn block_the_relay_after_publishing(
+    pipeline: &Pipeline,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    loop {
+        let mut tx = pipeline.orders.begin().await.unwrap();
+        let locked = sqlx::query("select id from outbox where published_at is null for update")
+            .execute(&mut *tx)
+            .await
+            .unwrap()
+            .rows_affected();
+        if locked == 0 {
+            tx.rollback().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        eventually("the relay waits on the locked rows", Duration::from_secs(30), || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+            )
+            .fetch_one(&pipeline.orders)
+            .await
+            .unwrap();
+            (waiting > 0).then_some(())
+        })
+        .await;
+        return tx;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_relay_killed_again_and_again_under_load_loses_nothing() {
+    let mut pipeline = Pipeline::start(PipelineOptions::default()).await;
+    let load = place_orders_in_background(&pipeline.order_service.http, 1_000, 4, 2);
+
+    // First a kill exactly between publishing and recording a batch...
+    let lock = block_the_relay_after_publishing(&pipeline).await;
+    pipeline.kill(Kind::Relay, 0).await;
+    lock.rollback().await.unwrap();
+    pipeline.start_relay().await;
+    // ...then kills wherever they land.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        pipeline.kill(Kind::Relay, 0).await;
+        pipeline.start_relay().await;
+    }
+    let placed = load.await.unwrap();
+    settle(&pipeline, &placed, Duration::from_secs(120)).await;
+
+    let outcome = check(&pipeline, &placed, &[]).await;
+    report("relay_kill_9", &outcome);
+    assert_sound(&outcome);
+    assert!(
+        outcome.duplicates_absorbed > 0,
+        "no re-published record: the kills did not test what they claim"
+    );
+    pipeline.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_relays_and_three_consumers_with_rebalances_mid_load() {
+    let mut pipeline = Pipeline::start(PipelineOptions {
+        relays: 2,
+        consumers: 3,
+        ..PipelineOptions::default()
+    })
+    .await;
+    let load = place_orders_in_background(&pipeline.order_service.http, 600, 8, 3);
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The leader dies; the standby takes over.
+    let mut leader = None;
+    for (index, relay) in pipeline.relays.iter().enumerate() {
+        if relay.metric("relay_leader").await == Some(1.0) {
+            leader = Some(index);
+        }
+    }
+    pipeline.kill(Kind::Relay, leader.unwrap_or(0)).await;
+    pipeline.start_relay().await;
+    // A fourth consumer joins, then one leaves gracefully: two rebalances.
+    pipeline.start_consumer().await;
+    pipeline.faults += 1;
+    let leaving = pipeline.consumers.remove(0);
+    assert_eq!(
+        leaving.service.terminate(Duration::from_secs(60)).await,
+        Some(0)
+    );
+    pipeline.faults += 1;
+    let placed = load.await.unwrap();
+    settle(&pipeline, &placed, Duration::from_secs(120)).await;
+
+    let outcome = check(&pipeline, &placed, &[]).await;
+    report("two_relays_three_consumers", &outcome);
+    assert_sound(&outcome);
+    pipeline.stop().await;
+}
