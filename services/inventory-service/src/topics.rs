@@ -14,6 +14,9 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub enum TopicError {
     #[error("cannot read topic metadata from the broker")]
     Unreachable(#[source] rdkafka::error::KafkaError),
+    /// Not worth retrying: the settings themselves are wrong.
+    #[error("invalid Kafka client settings (check the KAFKA_* variables)")]
+    Client(#[source] rdkafka::error::KafkaError),
     #[error("topic {0} does not exist")]
     Missing(String),
     #[error(
@@ -49,7 +52,7 @@ pub fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<usize, To
 
 /// Checks the source topic and its DLT (blocking: call off the runtime).
 pub fn check(config: &ClientConfig, topic: &str, dlt: &str) -> Result<(usize, usize), TopicError> {
-    let consumer: BaseConsumer = config.create().map_err(TopicError::Unreachable)?;
+    let consumer: BaseConsumer = config.create().map_err(TopicError::Client)?;
     let source_partitions = partition_count(&consumer, topic)?;
     let dlt_partitions = partition_count(&consumer, dlt)?;
     if dlt_partitions < source_partitions {
@@ -69,8 +72,7 @@ const KAFKA_DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3_600);
 /// The topic's `retention.ms`; `None` when retention is unlimited (-1). A
 /// broker that does not report it is taken to use Kafka's default, 7 days.
 pub async fn retention(config: &ClientConfig, topic: &str) -> Result<Option<Duration>, TopicError> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(TopicError::Unreachable)?;
+    let admin: AdminClient<DefaultClientContext> = config.create().map_err(TopicError::Client)?;
     let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
     let results = admin
         .describe_configs(&[ResourceSpecifier::Topic(topic)], &options)

@@ -14,6 +14,9 @@ pub enum TopicError {
     /// Worth retrying: the broker may not be up yet.
     #[error("cannot read topic metadata from the broker")]
     Unreachable(#[source] rdkafka::error::KafkaError),
+    /// Not worth retrying: the settings themselves are wrong.
+    #[error("invalid Kafka client settings (check the KAFKA_* variables)")]
+    Client(#[source] rdkafka::error::KafkaError),
     #[error(
         "topic {0} does not exist; create it (6 partitions), or start the relay with --create-topics"
     )]
@@ -48,8 +51,7 @@ pub async fn ensure_topics(
     replication_factor: i32,
     create: bool,
 ) -> Result<(), TopicError> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(TopicError::Unreachable)?;
+    let admin: AdminClient<DefaultClientContext> = config.create().map_err(TopicError::Client)?;
     if create {
         let partition_count = i32::try_from(partitions).unwrap_or(i32::MAX);
         let new_topics: Vec<NewTopic<'_>> = topics

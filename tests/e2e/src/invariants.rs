@@ -131,19 +131,15 @@ pub async fn check(pipeline: &Pipeline, placed: &[Placed], injected: &[Placed]) 
     }
 
     // What travelled: relay re-publishes show as repeated ids on the topic.
-    let reader = TopicReader::new(&pipeline.broker.address, TOPIC);
-    let records = reader
-        .read_at_least(outbox.len(), Duration::from_secs(60))
+    let all = TopicReader::new(&pipeline.broker.address, TOPIC)
+        .read_all(Duration::from_secs(60))
         .await;
-    let mut tail = reader.read_available(Duration::from_millis(500)).await;
-    let mut all = records;
-    all.append(&mut tail);
     let distinct_on_topic: HashSet<String> = all.iter().filter_map(|r| r.header("id")).collect();
     let relay_duplicates = all.len() - distinct_on_topic.len();
     let consumer_duplicates = pipeline.consumer_duplicates().await as usize;
 
     let dlt_records = TopicReader::new(&pipeline.broker.address, DLT)
-        .read_available(Duration::from_millis(1_500))
+        .read_all(Duration::from_secs(60))
         .await;
     let mut dlt_reasons: HashMap<String, usize> = HashMap::new();
     for record in &dlt_records {

@@ -133,6 +133,31 @@ impl TopicReader {
         .unwrap()
     }
 
+    /// Reads everything the topic holds now: as many records as its
+    /// watermarks say, however long the broker takes to serve them.
+    pub async fn read_all(&self, deadline: Duration) -> Vec<Record> {
+        let consumer = Arc::clone(&self.consumer);
+        let topic = self.topic.clone();
+        let total = tokio::task::spawn_blocking(move || {
+            let metadata = consumer
+                .fetch_metadata(Some(&topic), Duration::from_secs(30))
+                .expect("topic metadata");
+            metadata.topics()[0]
+                .partitions()
+                .iter()
+                .map(|p| {
+                    let (low, high) = consumer
+                        .fetch_watermarks(&topic, p.id(), Duration::from_secs(30))
+                        .expect("watermarks");
+                    usize::try_from(high - low).unwrap_or(0)
+                })
+                .sum::<usize>()
+        })
+        .await
+        .unwrap();
+        self.read_at_least(total, deadline).await
+    }
+
     /// Reads until at least `count` records arrived in all, or panics after
     /// `deadline`.
     pub async fn read_at_least(&self, count: usize, deadline: Duration) -> Vec<Record> {

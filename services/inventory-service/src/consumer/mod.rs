@@ -6,7 +6,7 @@
 //! `max.poll.interval.ms`) and hands each record to its partition's worker.
 //! A worker that falls behind gets its partition paused until it catches up,
 //! so one slow partition neither blocks the others nor grows memory.
-//! `enable.auto.offset.store=false`: a worker stores `offset + 1` after the
+//! `enable.auto.offset.store=false`: a worker stores the record's offset after the
 //! record's transaction committed (or its DLT record was acknowledged), and
 //! librdkafka commits stored offsets every few seconds, on revoke and on
 //! close.
@@ -188,9 +188,10 @@ async fn work(
                 offset = record.offset,
             );
             let handled = processor.handle(&record, &stop).instrument(span).await;
+            // rd_kafka_offset_store stores `offset + 1` itself (the next
+            // record to read): pass the record's own offset.
             if handled.is_done()
-                && let Err(error) =
-                    consumer.store_offset(&topic, record.partition, record.offset + 1)
+                && let Err(error) = consumer.store_offset(&topic, record.partition, record.offset)
             {
                 // The partition was revoked meanwhile: its new owner will see
                 // the record again, and the dedupe row absorbs it.

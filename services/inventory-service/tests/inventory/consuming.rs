@@ -148,7 +148,7 @@ async fn a_kill_between_the_database_commit_and_the_offset_commit_still_reserves
 }
 
 #[tokio::test]
-async fn shutdown_commits_what_was_processed() {
+async fn shutdown_commits_what_was_processed_and_a_restart_resumes_at_the_next_record() {
     let test = InventoryTest::new().await;
     test.set_stock("ABC-1", 1_000).await;
     let no_auto_commit = [("KAFKA_AUTO_COMMIT_INTERVAL_MS", "600000".to_owned())];
@@ -167,9 +167,50 @@ async fn shutdown_commits_what_was_processed() {
         Some(0)
     );
 
-    // The final commit happened: a new consumer sees nothing to redo.
+    // The final commit happened, at the next record to read: a new consumer
+    // redoes nothing, and skips nothing.
     let restarted = test.start(&[], &[]).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let next = Uuid::now_v7();
+    test.produce(&Outgoing::order(next, &[("ABC-1", 1)])).await;
+    assert_eq!(test.wait_for_reservation(next).await.0, "RESERVED");
     assert_eq!(restarted.metric("consumer_duplicates_total").await, 0.0);
+    assert_eq!(test.stock("ABC-1").await, (989, 11));
     restarted.service.terminate(Duration::from_secs(30)).await;
+}
+
+/// A rebalance in the middle of a stream: the partitions change hands at the
+/// committed offsets, which must be exactly the next records to read, or a
+/// record that arrives later is skipped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebalance_mid_stream_loses_no_record() {
+    let test = std::sync::Arc::new(InventoryTest::new().await);
+    test.set_stock("ABC-1", 1_000_000).await;
+    let first = test.start(&[], &[]).await;
+    let orders: Vec<Uuid> = (0..1_000).map(|_| Uuid::now_v7()).collect();
+    let producing = {
+        let (test, orders) = (std::sync::Arc::clone(&test), orders.clone());
+        tokio::spawn(async move {
+            for chunk in orders.chunks(50) {
+                for order in chunk {
+                    test.produce(&Outgoing::order(*order, &[("ABC-1", 1)]))
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let second = test.start(&[], &[]).await;
+    producing.await.unwrap();
+
+    eventually(
+        "every order has its outcome",
+        Duration::from_secs(120),
+        || async { (test.count("select count(*) from reservations").await == 1_000).then_some(()) },
+    )
+    .await;
+    assert_eq!(test.stock("ABC-1").await, (999_000, 1_000));
+    first.service.terminate(Duration::from_secs(30)).await;
+    second.service.terminate(Duration::from_secs(30)).await;
 }

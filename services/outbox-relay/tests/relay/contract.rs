@@ -87,7 +87,7 @@ async fn the_relay_publishes_exactly_the_record_debezium_emits() {
     let reader = TopicReader::new(&test.bootstrap, "pedido.eventos");
     let relay = test.start_relay(&["--topics", "pedido.eventos"]);
     test.wait_until_drained(Duration::from_secs(60)).await;
-    let records = reader.read_available(Duration::from_secs(2)).await;
+    let records = reader.read_all(Duration::from_secs(60)).await;
 
     for case in &fixture.cases {
         let id = case.row.id.to_string();

@@ -45,11 +45,7 @@ async fn kill_9_at_random_points_of_a_drain_loses_nothing() {
 
     let relay = test.start_relay(&[]);
     test.wait_until_drained(Duration::from_secs(120)).await;
-    let reader = test.reader();
-    let mut records = reader
-        .read_at_least(inserted.len(), Duration::from_secs(60))
-        .await;
-    records.extend(reader.read_available(Duration::from_millis(500)).await);
+    let records = test.reader().read_all(Duration::from_secs(60)).await;
     let result = delivery(&records, &inserted);
     println!(
         "relay kill test: rows={} kills={kills_mid_drain} lost={} duplicates={} order_violations={}",
@@ -68,13 +64,14 @@ async fn shutdown_records_the_batch_in_flight() {
     let test = RelayTest::new().await;
     test.insert_events(10, 2_000).await;
     let relay = test.start_relay(&["--batch-size", "2000"]);
-    let reader = test.reader();
-    let mut records = reader.read_at_least(1, Duration::from_secs(30)).await;
+    test.reader()
+        .read_at_least(1, Duration::from_secs(30))
+        .await;
 
     let code = relay.service.terminate(Duration::from_secs(60)).await;
 
     assert_eq!(code, Some(0));
-    records.extend(reader.read_available(Duration::from_secs(2)).await);
+    let records = test.reader().read_all(Duration::from_secs(60)).await;
     let in_kafka: std::collections::HashSet<uuid::Uuid> = records
         .iter()
         .filter_map(|r| r.header("id"))

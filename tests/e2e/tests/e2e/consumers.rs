@@ -51,7 +51,12 @@ async fn consumers_killed_again_and_again_under_load_apply_every_order_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consumer_stopped_past_max_poll_interval_then_resumed_applies_nothing_twice() {
     let mut pipeline = Pipeline::start(PipelineOptions::default()).await;
-    let short_poll = [("KAFKA_MAX_POLL_INTERVAL_MS", "8000".to_owned())];
+    // max.poll.interval.ms must be at least the session timeout in every
+    // client the service makes, so both are set.
+    let short_poll = [
+        ("KAFKA_MAX_POLL_INTERVAL_MS", "8000".to_owned()),
+        ("KAFKA_SESSION_TIMEOUT_MS", "6000".to_owned()),
+    ];
     pipeline.start_consumer_with(&short_poll).await;
     let load = place_orders_in_background(&pipeline.order_service.http, 600, 4, 5);
 
