@@ -10,6 +10,7 @@ use test_support::broker::PrivateBroker;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::create_topic;
+use test_support::postgres::PrivatePostgres;
 use test_support::process::{Service, free_port};
 
 pub const TOPIC: &str = "pedido.eventos";
@@ -78,6 +79,9 @@ pub struct PipelineOptions {
     pub consumers: usize,
     /// Stock per sku at the start.
     pub stock: Vec<(&'static str, i32)>,
+    /// Put both databases on a PostgreSQL cluster of the scenario's own, so
+    /// it can be stopped, crashed and restarted.
+    pub own_postgres: bool,
 }
 
 impl Default for PipelineOptions {
@@ -91,6 +95,7 @@ impl Default for PipelineOptions {
                 ("DEF-2", 100_000),
                 ("LOW-1", 30),
             ],
+            own_postgres: false,
         }
     }
 }
@@ -199,6 +204,8 @@ fn remember(seen: &DuplicatesSeen, address: &str, value: f64) {
 /// One scenario's whole system.
 pub struct Pipeline {
     pub broker: PrivateBroker,
+    /// The scenario's own cluster, when it has one (dropped last).
+    pub postgres: Option<PrivatePostgres>,
     pub endpoints: Endpoints,
     _orders_db: TestDatabase,
     pub orders: PgPool,
@@ -228,22 +235,26 @@ impl Pipeline {
         let broker = PrivateBroker::start().await;
         create_topic(&broker.address, TOPIC, PARTITIONS).await;
         create_topic(&broker.address, DLT, PARTITIONS).await;
-        let orders_db = TestDatabase::create(
-            &server(
-                "ORDER_DATABASE_URL",
-                "postgres://postgres@127.0.0.1:5432/orders",
+        let postgres = if options.own_postgres {
+            Some(PrivatePostgres::start().await)
+        } else {
+            None
+        };
+        let (orders_server, inventory_server) = match &postgres {
+            Some(cluster) => (cluster.url("postgres"), cluster.url("postgres")),
+            None => (
+                server(
+                    "ORDER_DATABASE_URL",
+                    "postgres://postgres@127.0.0.1:5432/orders",
+                ),
+                server(
+                    "INVENTORY_DATABASE_URL",
+                    "postgres://postgres@127.0.0.1:5432/inventory",
+                ),
             ),
-            "e2e_orders",
-        )
-        .await;
-        let inventory_db = TestDatabase::create(
-            &server(
-                "INVENTORY_DATABASE_URL",
-                "postgres://postgres@127.0.0.1:5432/inventory",
-            ),
-            "e2e_inventory",
-        )
-        .await;
+        };
+        let orders_db = TestDatabase::create(&orders_server, "e2e_orders").await;
+        let inventory_db = TestDatabase::create(&inventory_server, "e2e_inventory").await;
         let endpoints = Endpoints {
             broker: broker.address.clone(),
             orders_url: orders_db.url(),
@@ -269,6 +280,7 @@ impl Pipeline {
         ));
         let mut pipeline = Self {
             broker,
+            postgres,
             endpoints,
             _orders_db: orders_db,
             orders,

@@ -11,4 +11,5 @@ pub mod broker; // private tansu brokers for fault tests
 pub mod database; // a fresh database per test, dropped afterwards
 pub mod eventually; // the one retry-until-deadline helper
 pub mod kafka; // topics, record collection, the Java partitioner
+pub mod postgres; // private PostgreSQL clusters for restart tests
 pub mod process; // service binaries as child processes, signals

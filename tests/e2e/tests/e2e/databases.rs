@@ -36,3 +36,31 @@ async fn postgres_connections_terminated_mid_load_lose_nothing() {
     assert_sound(&outcome);
     pipeline.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgres_restart_and_a_postgres_crash_mid_load_lose_nothing() {
+    let mut pipeline = Pipeline::start(PipelineOptions {
+        own_postgres: true,
+        ..PipelineOptions::default()
+    })
+    .await;
+    let load = place_orders_in_background(&pipeline.order_service.http, 600, 4, 11);
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cluster = pipeline.postgres.as_mut().unwrap();
+    cluster.stop().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.restart().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.crash().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.restart().await;
+    pipeline.faults += 2;
+    let placed = load.await.unwrap();
+    settle(&pipeline, &placed, Duration::from_secs(180)).await;
+
+    let outcome = check(&pipeline, &placed, &[]).await;
+    report("postgres_restart_and_crash", &outcome);
+    assert_sound(&outcome);
+    pipeline.stop().await;
+}
