@@ -200,7 +200,7 @@ async fn consume(
         topic: common.topic.clone(),
         group: common.group.clone(),
         revoke_grace: serve.revoke_grace,
-        lag_interval: Duration::from_secs(10),
+        lag_interval: Duration::from_secs(5),
     };
     let consumer_config = kafka_config(
         common,

@@ -31,6 +31,15 @@ pub fn recorder() -> PrometheusHandle {
         metrics::describe_gauge!("consumer_dlq_circuit_open", "1 once the DLQ circuit opened");
         metrics::describe_gauge!("consumer_assigned_partitions", "Partitions this consumer owns");
         metrics::describe_counter!("retention_deleted_total", "mensagem_processada rows deleted by retention");
+        // Every series exists from the start, at zero, so that rate() and
+        // increase() in alerts see the first event instead of a new series.
+        for reason in crate::event::DltReason::ALL {
+            metrics::counter!("consumer_dlt_total", "reason" => reason.as_str()).absolute(0);
+        }
+        metrics::counter!("consumer_duplicates_total").absolute(0);
+        metrics::counter!("consumer_retries_total").absolute(0);
+        metrics::gauge!("consumer_dlq_circuit_open").set(0.0);
+        metrics::counter!("retention_deleted_total").absolute(0);
     });
     handle
 }

@@ -10,5 +10,6 @@ mod chaos;
 mod consumers;
 mod databases;
 mod happy_path;
+mod ops_config;
 mod poison;
 mod relays;
