@@ -7,6 +7,7 @@ scripts/services creates.
     kafka_admin.py --bootstrap HOST:PORT wait [--timeout S]
     kafka_admin.py --bootstrap HOST:PORT create-topics NAME:PARTITIONS...
     kafka_admin.py --bootstrap HOST:PORT round-trip TOPIC
+    kafka_admin.py --bootstrap HOST:PORT produce TOPIC KEY VALUE [--header NAME=VALUE]...
 """
 
 import argparse
@@ -109,6 +110,27 @@ def round_trip(bootstrap, topic):
     fail("the produced record was not consumed within 30 s")
 
 
+def produce(bootstrap, topic, key, value, headers):
+    """Produces one record as given (for the demo's poison event)."""
+    delivered = {}
+
+    def on_delivery(error, message):
+        if error is not None:
+            fail(f"delivery failed: {error}")
+        delivered["at"] = f"{message.topic()}[{message.partition()}]@{message.offset()}"
+
+    pairs = []
+    for header in headers:
+        name, _, text = header.partition("=")
+        pairs.append((name, text))
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "partitioner": "murmur2_random"})
+    producer.produce(topic, key=key, value=value.encode(), headers=pairs, on_delivery=on_delivery)
+    if producer.flush(30) != 0:
+        fail("the record was not acknowledged within 30 s")
+    print(f"produced {delivered['at']}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
@@ -119,12 +141,19 @@ def main():
     create_parser.add_argument("specs", nargs="+")
     round_trip_parser = commands.add_parser("round-trip")
     round_trip_parser.add_argument("topic")
+    produce_parser = commands.add_parser("produce")
+    produce_parser.add_argument("topic")
+    produce_parser.add_argument("key")
+    produce_parser.add_argument("value")
+    produce_parser.add_argument("--header", action="append", default=[])
     args = parser.parse_args()
 
     if args.command == "wait":
         wait(args.bootstrap, args.timeout)
     elif args.command == "create-topics":
         create_topics(args.bootstrap, args.specs)
+    elif args.command == "produce":
+        produce(args.bootstrap, args.topic, args.key, args.value, args.header)
     else:
         round_trip(args.bootstrap, args.topic)
 

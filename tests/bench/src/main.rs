@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod consumer; // P3: the consumer vs the same transaction in SQL
+mod load; // the load generator
 mod relay; // P2: the relay draining pre-filled rows vs a raw producer
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,9 @@ enum Command {
     /// P3: the inventory consumer on pre-produced records, beside the same
     /// dedupe + reserve transaction run straight from SQL.
     Consumer(consumer::Args),
+    /// Place orders at a rate (or as fast as possible) for a duration, and
+    /// report 2xx/4xx/5xx and latency.
+    Load(load::Args),
 }
 
 #[tokio::main]
@@ -32,5 +36,6 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Relay(args) => relay::run(args).await,
         Command::Consumer(args) => consumer::run(args).await,
+        Command::Load(args) => load::run(args).await,
     }
 }

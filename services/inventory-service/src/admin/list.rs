@@ -7,6 +7,13 @@ use super::dlt_read::{self, ReadError, dead_lettered_at, matches};
 use crate::config::DltFilter;
 use crate::dlt::{DltInfo, decode_header};
 
+/// Prints a line; false once stdout is gone (`dlt list | head`), so the
+/// listing stops quietly instead of panicking on a broken pipe.
+fn out(line: std::fmt::Arguments<'_>) -> bool {
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{line}").is_ok()
+}
+
 fn text(bytes: Option<&[u8]>) -> String {
     bytes.map_or_else(
         || "(null)".to_owned(),
@@ -24,17 +31,19 @@ pub async fn list(
         tokio::task::spawn_blocking(move || dlt_read::read(&config, &dlt, &HashMap::new()))
             .await
             .map_err(|_| ReadError::Stalled(std::time::Duration::ZERO))??;
-    println!(
+    if !out(format_args!(
         "{:>9} {:>8}  {:<38} {:<38} {:<20} {:>8}  DEAD-LETTERED AT",
         "PARTITION", "OFFSET", "KEY", "ID", "REASON", "ATTEMPTS"
-    );
+    )) {
+        return Ok(0);
+    }
     let mut shown = 0;
     for record in records.iter().filter(|r| matches(&filter, r)) {
         let info = DltInfo::of(record);
         let at = dead_lettered_at(record)
             .and_then(|at| at.format(&Rfc3339).ok())
             .unwrap_or_else(|| "-".to_owned());
-        println!(
+        let printed = out(format_args!(
             "{:>9} {:>8}  {:<38} {:<38} {:<20} {:>8}  {}",
             record.partition,
             record.offset,
@@ -44,7 +53,10 @@ pub async fn list(
             info.attempts
                 .map_or_else(|| "-".to_owned(), |a| a.to_string()),
             at,
-        );
+        ));
+        if !printed {
+            return Ok(shown);
+        }
         shown += 1;
     }
     eprintln!("{shown} record(s)");

@@ -243,3 +243,35 @@ async fn every_metric_the_rules_and_dashboard_name_is_exported() {
     );
     pipeline.stop().await;
 }
+
+/// docs/configuration.md is generated from the binaries' --help
+/// (scripts/configuration-reference): every variable a binary reads is in it.
+#[test]
+fn the_configuration_reference_names_every_variable() {
+    let reference = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md"),
+    )
+    .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let bin_dir = exe.parent().and_then(Path::parent).unwrap();
+    for binary in ["order-service", "outbox-relay", "inventory-service"] {
+        let output = std::process::Command::new(bin_dir.join(binary))
+            .arg("--help")
+            .env_clear()
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&output.stdout);
+        let variables: Vec<&str> = help
+            .split("[env: ")
+            .skip(1)
+            .filter_map(|rest| rest.split('=').next())
+            .collect();
+        assert!(!variables.is_empty(), "{binary} --help names no variable");
+        for variable in variables {
+            assert!(
+                reference.contains(&format!("[env: {variable}=")),
+                "docs/configuration.md lacks {variable} of {binary}: run scripts/configuration-reference"
+            );
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! `bench load`: places orders through the order service's API, at a target
+//! rate or as fast as it can, for a duration; then the counts and latency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::Mutex;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The order service.
+    #[arg(long, env = "ORDER_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    target: String,
+    /// Orders per second; 0 means as fast as the concurrency allows.
+    #[arg(long, default_value_t = 0)]
+    rate: u32,
+    /// How long to run, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+}
+
+/// What a run produced.
+#[derive(Debug, Default)]
+pub(crate) struct Summary {
+    pub(crate) sent: u64,
+    pub(crate) ok: u64,
+    pub(crate) client_errors: u64,
+    pub(crate) server_errors: u64,
+    pub(crate) transport_errors: u64,
+    pub(crate) latencies: Vec<Duration>,
+    pub(crate) elapsed: Duration,
+}
+
+impl Summary {
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+        sorted[index.min(sorted.len() - 1)]
+    }
+
+    pub(crate) fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+fn body(n: u64) -> String {
+    let skus = ["ABC-1", "XYZ-9", "DEF-2"];
+    format!(
+        r#"{{"customerId":"c-load-{}","items":[{{"sku":"{}","quantity":{}}}]}}"#,
+        n % 1000,
+        skus[(n % 3) as usize],
+        1 + n % 3
+    )
+}
+
+/// Runs the load; with `progress`, draws a bar on stderr.
+pub(crate) async fn run_load(
+    target: &str,
+    rate: u32,
+    duration: Duration,
+    concurrency: usize,
+    progress: bool,
+) -> Summary {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = format!("http://{target}/orders");
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let summary = Arc::new(Mutex::new(Summary::default()));
+    let bar = if progress {
+        let bar = ProgressBar::new(duration.as_secs());
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Some(bar)
+    } else {
+        None
+    };
+    // Each worker takes the next ticket; with a rate, ticket n may start at n / rate.
+    let workers = (0..concurrency).map(|_| {
+        let (client, url, next, summary, bar) = (
+            client.clone(),
+            url.clone(),
+            Arc::clone(&next),
+            Arc::clone(&summary),
+            bar.clone(),
+        );
+        async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                if rate > 0 {
+                    let due = started + Duration::from_secs_f64(n as f64 / f64::from(rate));
+                    if due >= started + duration {
+                        return;
+                    }
+                    tokio::time::sleep_until(due.into()).await;
+                } else if started.elapsed() >= duration {
+                    return;
+                }
+                let sent = Instant::now();
+                let reply = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header(
+                        "Idempotency-Key",
+                        format!("load-{}-{n}", std::process::id()),
+                    )
+                    .body(body(n))
+                    .send()
+                    .await;
+                let latency = sent.elapsed();
+                let mut summary = summary.lock().await;
+                summary.sent += 1;
+                match reply.map(|r| r.status()) {
+                    Ok(status) if status.is_success() => {
+                        summary.ok += 1;
+                        summary.latencies.push(latency);
+                    }
+                    Ok(status) if status.is_client_error() => summary.client_errors += 1,
+                    Ok(_) => summary.server_errors += 1,
+                    Err(_) => summary.transport_errors += 1,
+                }
+                if let Some(bar) = &bar {
+                    bar.set_position(started.elapsed().as_secs());
+                    bar.set_message(format!("{} sent, {} ok", summary.sent, summary.ok));
+                }
+            }
+        }
+    });
+    futures::future::join_all(workers).await;
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    let mut summary = Arc::try_unwrap(summary)
+        .map(Mutex::into_inner)
+        .unwrap_or_default();
+    summary.elapsed = started.elapsed();
+    summary
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let summary = run_load(
+        &args.target,
+        args.rate,
+        args.duration,
+        args.concurrency,
+        true,
+    )
+    .await;
+    println!(
+        "load: sent={} 2xx={} 4xx={} 5xx={} transport_errors={} rate={:.0}/s p50={:.1}ms p99={:.1}ms",
+        summary.sent,
+        summary.ok,
+        summary.client_errors,
+        summary.server_errors,
+        summary.transport_errors,
+        summary.rate(),
+        summary.percentile(0.50).as_secs_f64() * 1000.0,
+        summary.percentile(0.99).as_secs_f64() * 1000.0,
+    );
+    Ok(())
+}
