@@ -94,6 +94,13 @@ pub struct ServeArgs {
     #[arg(long, env = "INVENTORY_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
     pub statement_timeout: Duration,
 
+    /// Records of one partition applied in one transaction at most, when
+    /// that many are already waiting (each keeps its own dedupe row; 1 means
+    /// a transaction per record).
+    #[arg(long, env = "INVENTORY_BATCH_SIZE", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub batch_size: u32,
+
     /// Retries after a transient failure, before the DLT.
     #[arg(long, env = "INVENTORY_RETRIES", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(0..=100))]

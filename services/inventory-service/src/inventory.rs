@@ -1,5 +1,7 @@
 //! Stock, reservations and the dedupe table in PostgreSQL.
 
+use std::collections::{HashMap, HashSet};
+
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -22,7 +24,7 @@ pub struct Reservation {
     pub items: Vec<(String, i32)>,
 }
 
-/// What applying an order did.
+/// What applying an order's message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     /// Every item reserved.
@@ -31,94 +33,175 @@ pub enum Applied {
     Rejected(String),
     /// The order already had an outcome (from another message id): no effect.
     AlreadyDecided,
+    /// The message id was processed before: no effect.
+    Duplicate,
 }
 
-/// Records that `consumer` processes `message_id`: insert first, no SELECT
-/// before it. False when the message was processed before (or is being
-/// processed right now by a transaction that will commit first): a duplicate.
-pub async fn claim_message(
+/// Applies the messages of `orders`, in order, within `tx`: the dedupe rows
+/// first, then one outcome per new order, all items reserved or none.
+///
+/// Set-based, so a batch costs the same few statements as one order: insert
+/// every dedupe row at once, first (`on conflict do nothing`: the ids not
+/// returned are duplicates), lock the stock rows involved (in sku order, so
+/// concurrent transactions cannot deadlock), decide each order against the
+/// locked stock, then write outcomes, items and stock changes with one
+/// statement each. An order decided meanwhile by another transaction makes the outcome
+/// insert fail on its primary key, and the whole transaction is retried.
+pub async fn apply_orders(
     tx: &mut Transaction<'_, Postgres>,
     consumer: &str,
-    message_id: Uuid,
-) -> Result<bool, sqlx::Error> {
-    let inserted = sqlx::query(
-        "insert into mensagem_processada (consumidor, mensagem_id) values ($1, $2)
-         on conflict do nothing",
+    orders: &[OrderPlaced],
+) -> Result<Vec<Applied>, sqlx::Error> {
+    // Insert first, no SELECT before it: the primary key decides.
+    let ids: Vec<Uuid> = orders.iter().map(|o| o.message_id).collect();
+    let mut claimed: HashSet<Uuid> = sqlx::query_scalar(
+        "insert into mensagem_processada (consumidor, mensagem_id)
+         select $1, id from unnest($2::uuid[]) as id
+         on conflict do nothing
+         returning mensagem_id",
     )
     .bind(consumer)
-    .bind(message_id)
-    .execute(&mut **tx)
+    .bind(&ids)
+    .fetch_all(&mut **tx)
     .await?
-    .rows_affected();
-    Ok(inserted == 1)
-}
-
-/// Reserves every item of the order, or none: locks the order's stock rows
-/// (in sku order, so concurrent orders cannot deadlock), decides, then writes
-/// the outcome and, if reserved, the stock changes.
-pub async fn reserve(
-    tx: &mut Transaction<'_, Postgres>,
-    order: &OrderPlaced,
-) -> Result<Applied, sqlx::Error> {
-    let (skus, quantities): (Vec<&str>, Vec<i32>) =
-        order.items.iter().map(|(s, q)| (s.as_str(), *q)).unzip();
-    let locked: Vec<(String, i32)> = sqlx::query_as(
+    .into_iter()
+    .collect();
+    let mut skus: Vec<&str> = orders
+        .iter()
+        .flat_map(|o| o.items.iter().map(|(sku, _)| sku.as_str()))
+        .collect();
+    skus.sort_unstable();
+    skus.dedup();
+    let mut available: HashMap<String, i32> = sqlx::query_as(
         "select sku, available from stock where sku = any($1) order by sku for update",
     )
     .bind(&skus)
     .fetch_all(&mut **tx)
-    .await?;
-    let shortage = order.items.iter().find_map(|(sku, quantity)| {
-        match locked.iter().find(|(locked_sku, _)| locked_sku == sku) {
-            None => Some(format!("unknown sku {sku}")),
-            Some((_, available)) if available < quantity => Some(format!(
-                "insufficient stock for {sku}: requested {quantity}, available {available}"
-            )),
-            Some(_) => None,
-        }
-    });
-    let (status, reason) = match &shortage {
-        None => ("RESERVED", None),
-        Some(reason) => ("REJECTED", Some(reason.as_str())),
-    };
-    let decided = sqlx::query(
-        "insert into reservations (order_id, status, reason, message_id) values ($1, $2, $3, $4)
-         on conflict (order_id) do nothing",
-    )
-    .bind(order.order_id)
-    .bind(status)
-    .bind(reason)
-    .bind(order.message_id)
-    .execute(&mut **tx)
     .await?
-    .rows_affected();
-    if decided == 0 {
-        return Ok(Applied::AlreadyDecided);
+    .into_iter()
+    .collect();
+    let order_ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
+    let mut decided: HashSet<Uuid> =
+        sqlx::query_scalar("select order_id from reservations where order_id = any($1)")
+            .bind(&order_ids)
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .collect();
+
+    let mut applied = Vec::with_capacity(orders.len());
+    let mut outcomes = Outcomes::default();
+    for order in orders {
+        // A message id is claimed once; another copy in the batch is a duplicate.
+        if !claimed.remove(&order.message_id) {
+            applied.push(Applied::Duplicate);
+            continue;
+        }
+        if !decided.insert(order.order_id) {
+            applied.push(Applied::AlreadyDecided);
+            continue;
+        }
+        let shortage = order
+            .items
+            .iter()
+            .find_map(|(sku, quantity)| match available.get(sku) {
+                None => Some(format!("unknown sku {sku}")),
+                Some(free) if free < quantity => Some(format!(
+                    "insufficient stock for {sku}: requested {quantity}, available {free}"
+                )),
+                Some(_) => None,
+            });
+        if shortage.is_none() {
+            for (sku, quantity) in &order.items {
+                if let Some(free) = available.get_mut(sku) {
+                    *free -= quantity;
+                }
+                *outcomes.reserved.entry(sku.clone()).or_default() += quantity;
+            }
+        }
+        outcomes.add(order, shortage.as_deref());
+        applied.push(match shortage {
+            None => Applied::Reserved,
+            Some(reason) => Applied::Rejected(reason),
+        });
     }
-    sqlx::query(
-        "insert into reservation_items (order_id, line, sku, quantity)
-         select $1, item.line - 1, item.sku, item.quantity
-         from unnest($2::text[], $3::int4[]) with ordinality as item (sku, quantity, line)",
-    )
-    .bind(order.order_id)
-    .bind(&skus)
-    .bind(&quantities)
-    .execute(&mut **tx)
-    .await?;
-    if let Some(reason) = shortage {
-        return Ok(Applied::Rejected(reason));
+    outcomes.write(tx).await?;
+    Ok(applied)
+}
+
+/// The rows a batch writes, gathered to be written one statement per table.
+#[derive(Debug, Default)]
+struct Outcomes {
+    order_ids: Vec<Uuid>,
+    statuses: Vec<&'static str>,
+    reasons: Vec<Option<String>>,
+    message_ids: Vec<Uuid>,
+    item_orders: Vec<Uuid>,
+    item_lines: Vec<i16>,
+    item_skus: Vec<String>,
+    item_quantities: Vec<i32>,
+    /// Units reserved per sku by this batch.
+    reserved: HashMap<String, i32>,
+}
+
+impl Outcomes {
+    fn add(&mut self, order: &OrderPlaced, shortage: Option<&str>) {
+        self.order_ids.push(order.order_id);
+        self.statuses.push(if shortage.is_none() {
+            "RESERVED"
+        } else {
+            "REJECTED"
+        });
+        self.reasons.push(shortage.map(str::to_owned));
+        self.message_ids.push(order.message_id);
+        for (line, (sku, quantity)) in order.items.iter().enumerate() {
+            self.item_orders.push(order.order_id);
+            self.item_lines
+                .push(i16::try_from(line).unwrap_or(i16::MAX));
+            self.item_skus.push(sku.clone());
+            self.item_quantities.push(*quantity);
+        }
     }
-    sqlx::query(
-        "update stock s
-         set available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
-         from unnest($1::text[], $2::int4[]) as w (sku, quantity)
-         where s.sku = w.sku",
-    )
-    .bind(&skus)
-    .bind(&quantities)
-    .execute(&mut **tx)
-    .await?;
-    Ok(Applied::Reserved)
+
+    async fn write(self, tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
+        if self.order_ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "insert into reservations (order_id, status, reason, message_id)
+             select * from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[])",
+        )
+        .bind(&self.order_ids)
+        .bind(&self.statuses)
+        .bind(&self.reasons)
+        .bind(&self.message_ids)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "insert into reservation_items (order_id, line, sku, quantity)
+             select * from unnest($1::uuid[], $2::int2[], $3::text[], $4::int4[])",
+        )
+        .bind(&self.item_orders)
+        .bind(&self.item_lines)
+        .bind(&self.item_skus)
+        .bind(&self.item_quantities)
+        .execute(&mut **tx)
+        .await?;
+        if !self.reserved.is_empty() {
+            let (skus, quantities): (Vec<String>, Vec<i32>) = self.reserved.into_iter().unzip();
+            sqlx::query(
+                "update stock s
+                 set available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
+                 from unnest($1::text[], $2::int4[]) as w (sku, quantity)
+                 where s.sku = w.sku",
+            )
+            .bind(&skus)
+            .bind(&quantities)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
 }
 
 /// Sets the units available for `sku`, creating it if new.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
+use tracing::Instrument;
 
 use crate::circuit::Circuit;
 use crate::dlt::{self, Failure, SourceRecord};
@@ -73,29 +74,182 @@ async fn sleep_unless(duration: Duration, stop: &(dyn Fn() -> bool + Sync)) -> b
     !stop()
 }
 
-/// One transaction: the dedupe row first, then the effect.
-async fn apply(pool: &PgPool, order: &OrderPlaced) -> Result<Handled, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    if !inventory::claim_message(&mut tx, CONSUMER_NAME, order.message_id).await? {
-        tx.commit().await?;
-        return Ok(Handled::Duplicate);
-    }
-    let applied = inventory::reserve(&mut tx, order).await?;
-    tx.commit().await?;
-    Ok(match applied {
+/// The span of one message: its id (from the header), topic, partition, offset.
+fn message_span(record: &SourceRecord) -> tracing::Span {
+    tracing::info_span!(
+        "message",
+        id = record.text_header("id").as_deref().unwrap_or("-"),
+        topic = %record.topic,
+        partition = record.partition,
+        offset = record.offset,
+    )
+}
+
+/// The outcome a processed message has.
+fn handled(applied: &Applied) -> Handled {
+    match applied {
         Applied::Reserved => Handled::Reserved,
-        Applied::Rejected(reason) => {
-            tracing::info!(order.id = %order.order_id, %reason, "reservation rejected");
-            Handled::Rejected
-        }
+        Applied::Rejected(_) => Handled::Rejected,
         Applied::AlreadyDecided => Handled::AlreadyDecided,
-    })
+        Applied::Duplicate => Handled::Duplicate,
+    }
+}
+
+/// One transaction for the messages of `orders` (one, or several of one
+/// partition), each with its own dedupe row.
+async fn apply_batch(
+    pool: &PgPool,
+    records: &[&SourceRecord],
+    orders: &[OrderPlaced],
+) -> Result<Vec<Handled>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let applied = inventory::apply_orders(&mut tx, CONSUMER_NAME, orders).await?;
+    tx.commit().await?;
+    for ((record, order), applied) in records.iter().zip(orders).zip(&applied) {
+        if let Applied::Rejected(reason) = applied {
+            tracing::info!(parent: &message_span(record), order.id = %order.order_id, %reason, "reservation rejected");
+        }
+    }
+    Ok(applied.iter().map(handled).collect())
+}
+
+/// One record's transaction: the dedupe row first, then the effect.
+async fn apply(
+    pool: &PgPool,
+    record: &SourceRecord,
+    order: &OrderPlaced,
+) -> Result<Handled, sqlx::Error> {
+    let mut outcomes = apply_batch(pool, &[record], std::slice::from_ref(order)).await?;
+    Ok(outcomes.pop().unwrap_or(Handled::Abandoned))
 }
 
 impl Processor {
+    /// Handles consecutive records of one partition, in order: runs of valid
+    /// records share a transaction; an invalid record goes to the DLT in its
+    /// place. A batch whose transaction keeps failing is retried record by
+    /// record, so only the record at fault is dead-lettered. Returns one
+    /// outcome per record; processing stops at the first `Abandoned`.
+    pub async fn handle_batch(
+        &self,
+        records: &[SourceRecord],
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Vec<Handled> {
+        if records.len() == 1 {
+            return vec![self.handle(&records[0], stop).await];
+        }
+        let started = Instant::now();
+        let parsed: Vec<Result<OrderPlaced, event::InvalidMessage>> = records
+            .iter()
+            .map(|record| {
+                event::parse(&RecordView {
+                    key: record.key.as_deref(),
+                    value: record.value.as_deref(),
+                    headers: &record.headers,
+                })
+            })
+            .collect();
+        let mut outcomes: Vec<Handled> = Vec::with_capacity(records.len());
+        let mut index = 0;
+        'records: while index < records.len() {
+            let run_end = (index..records.len())
+                .find(|&i| parsed[i].is_err())
+                .unwrap_or(records.len());
+            if run_end > index + 1 {
+                let orders: Vec<OrderPlaced> = parsed[index..run_end]
+                    .iter()
+                    .filter_map(|p| p.as_ref().ok().cloned())
+                    .collect();
+                let run: Vec<&SourceRecord> = records[index..run_end].iter().collect();
+                match self.apply_batch_with_retries(&run, &orders, stop).await {
+                    Some(handled) => outcomes.extend(handled),
+                    None if stop() => {
+                        outcomes.push(Handled::Abandoned);
+                        break 'records;
+                    }
+                    None => {
+                        for (record, order) in records[index..run_end].iter().zip(&orders) {
+                            let handled = self
+                                .apply_with_retries(record, order, stop)
+                                .instrument(message_span(record))
+                                .await;
+                            let abandoned = handled == Handled::Abandoned;
+                            outcomes.push(handled);
+                            if abandoned {
+                                break 'records;
+                            }
+                        }
+                    }
+                }
+                index = run_end;
+                continue;
+            }
+            let record = &records[index];
+            let handled = async {
+                match &parsed[index] {
+                    Ok(order) => self.apply_with_retries(record, order, stop).await,
+                    Err(invalid) => {
+                        tracing::warn!(reason = invalid.reason.as_str(), detail = %invalid.detail, "invalid record");
+                        let failure = Failure {
+                            reason: invalid.reason,
+                            message: invalid.detail.clone(),
+                            attempts: 1,
+                        };
+                        self.dead_letter(record, &failure, stop).await
+                    }
+                }
+            }
+            .instrument(message_span(record))
+            .await;
+            let abandoned = handled == Handled::Abandoned;
+            outcomes.push(handled);
+            if abandoned {
+                break;
+            }
+            index += 1;
+        }
+        let each = started.elapsed() / u32::try_from(records.len()).unwrap_or(1);
+        for handled in &outcomes {
+            self.account(handled, each);
+        }
+        outcomes
+    }
+
+    /// A batch transaction with the retry policy; `None` when the retries
+    /// ran out (the caller goes record by record) or `stop` said so.
+    async fn apply_batch_with_retries(
+        &self,
+        records: &[&SourceRecord],
+        orders: &[OrderPlaced],
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Option<Vec<Handled>> {
+        for attempt in 0..=self.retry.retries {
+            if stop() {
+                return None;
+            }
+            match apply_batch(&self.pool, records, orders).await {
+                Ok(handled) => return Some(handled),
+                Err(error) => {
+                    metrics::counter!("consumer_retries_total").increment(1);
+                    tracing::warn!(attempt = attempt + 1, records = orders.len(), error.message = %error, "batch failed");
+                    if attempt < self.retry.retries && !sleep_unless(self.retry.backoff, stop).await
+                    {
+                        return None;
+                    }
+                }
+            }
+        }
+        None
+    }
+
     /// Handles one record. `stop` is asked before each attempt and during
     /// waits; once it says yes the record is abandoned, never dead-lettered.
     pub async fn handle(&self, record: &SourceRecord, stop: &(dyn Fn() -> bool + Sync)) -> Handled {
+        self.handle_one(record, stop)
+            .instrument(message_span(record))
+            .await
+    }
+
+    async fn handle_one(&self, record: &SourceRecord, stop: &(dyn Fn() -> bool + Sync)) -> Handled {
         let started = Instant::now();
         let view = RecordView {
             key: record.key.as_deref(),
@@ -129,7 +283,7 @@ impl Processor {
             if stop() {
                 return Handled::Abandoned;
             }
-            match apply(&self.pool, order).await {
+            match apply(&self.pool, record, order).await {
                 Ok(handled) => return handled,
                 Err(error) if attempt < attempts => {
                     metrics::counter!("consumer_retries_total").increment(1);

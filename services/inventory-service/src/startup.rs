@@ -56,6 +56,10 @@ pub async fn connect(
         format!("{}", statement_timeout.as_millis()),
     )]);
     PgPoolOptions::new()
+        // No ping before each use: it costs a round trip per transaction,
+        // and a dead connection fails its statement anyway, which the
+        // consumer retries as a transient failure.
+        .test_before_acquire(false)
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options)
@@ -201,6 +205,7 @@ async fn consume(
         group: common.group.clone(),
         revoke_grace: serve.revoke_grace,
         lag_interval: Duration::from_secs(5),
+        max_batch: serve.batch_size as usize,
     };
     let consumer_config = kafka_config(
         common,

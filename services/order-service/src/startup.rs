@@ -48,6 +48,10 @@ impl Application {
     /// until [`Application::run_until_stopped`].
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         let pool = PgPoolOptions::new()
+            // No ping before each use: it costs a round trip per transaction,
+            // and a dead connection fails its statement anyway (an error for
+            // the request, a transient failure retried for the consumer).
+            .test_before_acquire(false)
             .max_connections(config.db_pool_size)
             // A request waits at most its own time limit for a connection.
             .acquire_timeout(config.request_timeout)

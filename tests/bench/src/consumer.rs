@@ -140,7 +140,7 @@ async fn consumer_rate(args: &Args, bootstrap: &str) -> f64 {
             &http,
             "--no-migrate",
         ],
-        &[("RUST_LOG", "warn".to_owned())],
+        &[("RUST_LOG", std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".to_owned()))],
     );
     // The clock starts at the first processed record: start-up and the group
     // join are not consumption.
@@ -161,44 +161,42 @@ async fn consumer_rate(args: &Args, bootstrap: &str) -> f64 {
     rate
 }
 
-/// The consumer's transaction, straight from SQL, on as many connections as
-/// the topic has partitions: the database's ceiling for this work.
-async fn sql_rate(records: usize) -> f64 {
-    let (_database, pool) = database().await;
-    let per_task = records / usize::try_from(PARTITIONS).unwrap();
-    let started = Instant::now();
-    let tasks = (0..PARTITIONS).map(|task| {
-        let pool = pool.clone();
-        async move {
-            for n in 0..per_task {
-                let order = Uuid::now_v7();
-                let (skus, quantities): (Vec<String>, Vec<i32>) =
-                    items(n + usize::try_from(task).unwrap() * per_task).into_iter().unzip();
-                let mut tx = pool.begin().await.unwrap();
-                sqlx::query("insert into mensagem_processada (consumidor, mensagem_id) values ('estoque.reserva', $1) on conflict do nothing")
-                    .bind(Uuid::now_v7()).execute(&mut *tx).await.unwrap();
-                sqlx::query("select sku, available from stock where sku = any($1) order by sku for update")
-                    .bind(&skus).fetch_all(&mut *tx).await.unwrap();
-                sqlx::query("insert into reservations (order_id, status, reason, message_id) values ($1, 'RESERVED', null, $2) on conflict (order_id) do nothing")
-                    .bind(order).bind(Uuid::now_v7()).execute(&mut *tx).await.unwrap();
-                sqlx::query("insert into reservation_items (order_id, line, sku, quantity) select $1, item.line - 1, item.sku, item.quantity from unnest($2::text[], $3::int4[]) with ordinality as item (sku, quantity, line)")
-                    .bind(order).bind(&skus).bind(&quantities).execute(&mut *tx).await.unwrap();
-                sqlx::query("update stock s set available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now() from unnest($1::text[], $2::int4[]) as w (sku, quantity) where s.sku = w.sku")
-                    .bind(&skus).bind(&quantities).execute(&mut *tx).await.unwrap();
-                tx.commit().await.unwrap();
-            }
-        }
-    });
-    join_all(tasks).await;
-    (per_task * usize::try_from(PARTITIONS).unwrap()) as f64 / started.elapsed().as_secs_f64()
+/// The consumer's transaction, as SQL: the dedupe row, the stock lock, the
+/// outcome, its items, the stock update.
+const RESERVE_TRANSACTION: &str = r#"
+\set a random(0, 99)
+\set b random(0, 99)
+BEGIN;
+INSERT INTO mensagem_processada (consumidor, mensagem_id) VALUES ('estoque.reserva', gen_random_uuid()) ON CONFLICT DO NOTHING;
+SELECT sku, available FROM stock WHERE sku = ANY(ARRAY['SKU-' || :a, 'SKU-' || :b]) ORDER BY sku FOR UPDATE;
+INSERT INTO reservations (order_id, status, reason, message_id) VALUES (gen_random_uuid(), 'RESERVED', NULL, gen_random_uuid()) ON CONFLICT (order_id) DO NOTHING RETURNING order_id \gset
+INSERT INTO reservation_items (order_id, line, sku, quantity)
+  SELECT :order_id::uuid, item.line - 1, item.sku, item.quantity
+  FROM unnest(ARRAY['SKU-' || :a, 'SKU-' || :b], ARRAY[2, 1]) WITH ORDINALITY AS item (sku, quantity, line);
+UPDATE stock s SET available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
+  FROM unnest(ARRAY['SKU-' || :a, 'SKU-' || :b], ARRAY[2, 1]) AS w (sku, quantity) WHERE s.sku = w.sku;
+COMMIT;
+"#;
+
+/// pgbench running the consumer's transaction on as many connections as the
+/// topic has partitions (the consumer's parallelism): the database's ceiling.
+async fn pgbench_rate(duration: std::time::Duration) -> f64 {
+    let (database, _pool) = database().await;
+    crate::pgbench::tps(
+        &database.url(),
+        RESERVE_TRANSACTION,
+        PARTITIONS.unsigned_abs(),
+        duration,
+    )
+    .await
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let bootstrap = bootstrap_servers();
-    let sql = sql_rate(args.records).await;
+    let sql = pgbench_rate(std::time::Duration::from_secs(10)).await;
     let consumer = consumer_rate(&args, &bootstrap).await;
     println!(
-        "P3 consumer: records={} consumer={consumer:.0} records/s sql_same_transaction={sql:.0} tx/s ratio={:.2}",
+        "P3 consumer: records={} consumer={consumer:.0} records/s pgbench_same_transaction={sql:.0} tps ratio={:.2}",
         args.records,
         consumer / sql
     );

@@ -69,6 +69,7 @@ pub(crate) async fn run_load(
     duration: Duration,
     concurrency: usize,
     progress: bool,
+    idempotency_keys: bool,
 ) -> Summary {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
@@ -111,16 +112,17 @@ pub(crate) async fn run_load(
                     return;
                 }
                 let sent = Instant::now();
-                let reply = client
+                let mut request = client
                     .post(&url)
                     .header("content-type", "application/json")
-                    .header(
+                    .body(body(n));
+                if idempotency_keys {
+                    request = request.header(
                         "Idempotency-Key",
                         format!("load-{}-{n}", std::process::id()),
-                    )
-                    .body(body(n))
-                    .send()
-                    .await;
+                    );
+                }
+                let reply = request.send().await;
                 let latency = sent.elapsed();
                 let mut summary = summary.lock().await;
                 summary.sent += 1;
@@ -157,6 +159,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         args.rate,
         args.duration,
         args.concurrency,
+        true,
         true,
     )
     .await;

@@ -5,8 +5,10 @@
 // Benchmarks are programs, not services: a failed step ends the run.
 #![allow(clippy::unwrap_used)]
 
+mod api; // P1: POST /orders vs pgbench
 mod consumer; // P3: the consumer vs the same transaction in SQL
 mod load; // the load generator
+mod pgbench; // pgbench runs as baselines
 mod relay; // P2: the relay draining pre-filled rows vs a raw producer
 
 use clap::{Parser, Subcommand};
@@ -20,6 +22,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// P1: POST /orders at concurrency 16 and 64, beside pgbench running
+    /// the same transaction.
+    Api(api::Args),
     /// P2: the relay draining pre-filled outbox rows, beside a raw rdkafka
     /// producer sending the same records with the same producer settings.
     Relay(relay::Args),
@@ -34,6 +39,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Api(args) => api::run(args).await,
         Command::Relay(args) => relay::run(args).await,
         Command::Consumer(args) => consumer::run(args).await,
         Command::Load(args) => load::run(args).await,

@@ -25,16 +25,17 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::dlt::SourceRecord;
 use crate::processor::Processor;
 pub use partitions::{PartitionState, RebalanceContext, Registry};
 
 /// A partition's worker gets paused above this many queued records, resumed
-/// below the low mark.
-const QUEUE_HIGH: usize = 500;
-const QUEUE_LOW: usize = 100;
+/// below the low mark. Generous on purpose: each resume costs a fetch round
+/// trip, and pausing at 500 held the consumer to a third of its speed
+/// (docs/benchmarks.md). 5 000 records of a few hundred bytes is a few MB.
+const QUEUE_HIGH: usize = 5_000;
+const QUEUE_LOW: usize = 1_000;
 
 type KafkaConsumer = StreamConsumer<RebalanceContext>;
 
@@ -45,6 +46,8 @@ pub struct ConsumerSettings {
     pub group: String,
     pub revoke_grace: Duration,
     pub lag_interval: Duration,
+    /// Records of one partition applied in one transaction at most.
+    pub max_batch: usize,
 }
 
 /// The consumer's librdkafka settings; `KAFKA_*` variables may override them.
@@ -135,6 +138,7 @@ pub async fn run(
                 Arc::clone(&processor),
                 Arc::clone(&consumer),
                 settings.topic.clone(),
+                settings.max_batch,
                 shutdown.clone(),
             ));
             (sender, worker)
@@ -165,44 +169,66 @@ pub async fn run(
     Ok(())
 }
 
-/// One partition's records, in order.
+/// One partition's records, in order, up to `max_batch` of those already
+/// queued at a time (one transaction for a run of valid records).
 async fn work(
     mut jobs: mpsc::UnboundedReceiver<Job>,
     processor: Arc<Processor>,
     consumer: Arc<KafkaConsumer>,
     topic: String,
+    max_batch: usize,
     shutdown: CancellationToken,
 ) {
-    while let Some(Job { record, state }) = jobs.recv().await {
+    let mut carried: Option<Job> = None;
+    loop {
+        let first = match carried.take() {
+            Some(job) => job,
+            None => match jobs.recv().await {
+                Some(job) => job,
+                None => return,
+            },
+        };
         if shutdown.is_cancelled() {
-            break; // queued records are abandoned: they are not stored
+            return; // queued records are abandoned: they are not stored
         }
+        let state = Arc::clone(&first.state);
+        let mut batch = vec![first.record];
+        // Only records already waiting, and only of the same assignment.
+        while batch.len() < max_batch {
+            match jobs.try_recv() {
+                Ok(job) if Arc::ptr_eq(&job.state, &state) => batch.push(job.record),
+                Ok(job) => {
+                    carried = Some(job);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let taken = batch.len();
+        tracing::debug!(partition = state.partition, records = taken, "batch");
         if state.begin() {
             let stop =
                 || shutdown.is_cancelled() || !state.is_active() || processor.circuit.is_open();
-            let span = tracing::info_span!(
-                "message",
-                id = record.text_header("id").as_deref().unwrap_or("-"),
-                topic = %record.topic,
-                partition = record.partition,
-                offset = record.offset,
-            );
-            let handled = processor.handle(&record, &stop).instrument(span).await;
+            let outcomes = processor.handle_batch(&batch, &stop).await;
+            let done = outcomes
+                .iter()
+                .take_while(|handled| handled.is_done())
+                .count();
             // rd_kafka_offset_store stores `offset + 1` itself (the next
-            // record to read): pass the record's own offset.
-            if handled.is_done()
-                && let Err(error) = consumer.store_offset(&topic, record.partition, record.offset)
+            // record to read): pass the last done record's own offset.
+            if let Some(last) = done.checked_sub(1).map(|i| &batch[i])
+                && let Err(error) = consumer.store_offset(&topic, last.partition, last.offset)
             {
                 // The partition was revoked meanwhile: its new owner will see
-                // the record again, and the dedupe row absorbs it.
+                // the records again, and the dedupe rows absorb them.
                 tracing::debug!(%error, "offset not stored");
             }
             state.end();
         }
         let queued = state
             .queued
-            .fetch_sub(1, Ordering::SeqCst)
-            .saturating_sub(1);
+            .fetch_sub(taken, Ordering::SeqCst)
+            .saturating_sub(taken);
         if queued < QUEUE_LOW && state.paused.swap(false, Ordering::SeqCst) && state.is_active() {
             let _ = consumer.resume(&one_partition(&topic, state.partition));
         }

@@ -1,0 +1,135 @@
+//! P1: POST /orders beside pgbench running the same order + items + outbox
+//! transaction at the same concurrency.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use test_support::database::TestDatabase;
+use test_support::process::{Service, free_port};
+
+use crate::load::run_load;
+use crate::pgbench;
+
+/// The order service's transaction, as SQL: one order, two items, one outbox
+/// row with the PedidoCriado payload.
+const ORDER_TRANSACTION: &str = r#"
+\set quantity random(1, 5)
+BEGIN;
+INSERT INTO orders (id, customer_id, status, created_at) VALUES (gen_random_uuid(), 'c-bench', 'PENDING', now()) RETURNING id \gset
+INSERT INTO order_items (order_id, line, sku, quantity)
+  SELECT :id::uuid, item.line - 1, item.sku, item.quantity
+  FROM unnest(ARRAY['ABC-1', 'XYZ-9'], ARRAY[:quantity::int, 1]) WITH ORDINALITY AS item (sku, quantity, line);
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+  VALUES (gen_random_uuid(), 'pedido', :id::text, 'PedidoCriado',
+          jsonb_build_object('pedidoId', :id::text, 'clienteId', 'c-bench',
+                             'itens', jsonb_build_array(jsonb_build_object('sku', 'ABC-1', 'quantidade', :quantity::int),
+                                                        jsonb_build_object('sku', 'XYZ-9', 'quantidade', 1)),
+                             'criadoEm', now()));
+COMMIT;
+"#;
+
+fn orders_server() -> String {
+    std::env::var("ORDER_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
+}
+
+/// A fresh, migrated orders database.
+pub(crate) async fn orders_database(prefix: &str) -> TestDatabase {
+    let database = TestDatabase::create(&orders_server(), prefix).await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(database.options.clone())
+        .await
+        .unwrap();
+    sqlx::migrate!("../../migrations/orders")
+        .run(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    database
+}
+
+/// Requests per second of the release order service at `concurrency`.
+pub(crate) async fn api_rate(binary: &str, concurrency: usize, duration: Duration) -> f64 {
+    let database = orders_database("bench_api").await;
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let pool_size = concurrency.to_string();
+    let service = Service::start(
+        "order-service",
+        binary,
+        &[
+            "--database-url",
+            &database.url(),
+            "--http-addr",
+            &address,
+            "--db-pool-size",
+            &pool_size,
+        ],
+        &[("RUST_LOG", "warn".to_owned())],
+    );
+    test_support::eventually::eventually(
+        "the order service answers",
+        Duration::from_secs(30),
+        || async {
+            reqwest::get(format!("http://{address}/readyz"))
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+        },
+    )
+    .await;
+    // Warm up connections and caches.
+    run_load(
+        &address,
+        0,
+        Duration::from_secs(2),
+        concurrency,
+        false,
+        false,
+    )
+    .await;
+    let summary = run_load(&address, 0, duration, concurrency, false, false).await;
+    service.terminate(Duration::from_secs(30)).await;
+    summary.rate()
+}
+
+/// pgbench's transactions per second on the same transaction.
+pub(crate) async fn pgbench_rate(concurrency: usize, duration: Duration) -> f64 {
+    let database = orders_database("bench_pgbench").await;
+    pgbench::tps(
+        &database.url(),
+        ORDER_TRANSACTION,
+        u32::try_from(concurrency).unwrap(),
+        duration,
+    )
+    .await
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[arg(long, default_value = "target/release/order-service")]
+    service: String,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+}
+
+/// The P1 figures: (concurrency, api, pgbench) for 16 and 64.
+pub(crate) async fn measure(args: &Args) -> Vec<(usize, f64, f64)> {
+    let mut figures = Vec::new();
+    for concurrency in [16, 64] {
+        let api = api_rate(&args.service, concurrency, args.duration).await;
+        let baseline = pgbench_rate(concurrency, args.duration).await;
+        println!(
+            "P1 POST /orders c={concurrency}: api={api:.0} req/s pgbench_same_transaction={baseline:.0} tps ratio={:.2}",
+            api / baseline
+        );
+        figures.push((concurrency, api, baseline));
+    }
+    figures
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    measure(&args).await;
+    Ok(())
+}
