@@ -9,6 +9,7 @@ use test_support::process::{Service, free_port};
 
 use crate::load::run_load;
 use crate::pgbench;
+use crate::report::Figure;
 
 /// The order service's transaction, as SQL: one order, two items, one outbox
 /// row with the PedidoCriado payload.
@@ -108,25 +109,38 @@ pub(crate) async fn pgbench_rate(concurrency: usize, duration: Duration) -> f64 
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
+    /// The order service binary (a release build).
     #[arg(long, default_value = "target/release/order-service")]
-    service: String,
+    pub(crate) service: String,
+    /// How long each side runs at each concurrency.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    pub(crate) duration: Duration,
 }
 
-/// The P1 figures: (concurrency, api, pgbench) for 16 and 64.
-pub(crate) async fn measure(args: &Args) -> Vec<(usize, f64, f64)> {
+/// P1 at concurrency 16 and 64; with the API's rate at 16 (the order write
+/// rate P2 compares the relay with).
+pub(crate) async fn measure(args: &Args) -> (f64, Vec<Figure>) {
     let mut figures = Vec::new();
+    let mut write_rate = 0.0;
     for concurrency in [16, 64] {
         let api = api_rate(&args.service, concurrency, args.duration).await;
         let baseline = pgbench_rate(concurrency, args.duration).await;
-        println!(
-            "P1 POST /orders c={concurrency}: api={api:.0} req/s pgbench_same_transaction={baseline:.0} tps ratio={:.2}",
-            api / baseline
-        );
-        figures.push((concurrency, api, baseline));
+        if concurrency == 16 {
+            write_rate = api;
+        }
+        let figure = Figure {
+            name: format!("P1 POST /orders, {concurrency} keep-alive connections"),
+            figure: format!("{api:.0} req/s"),
+            baseline: format!(
+                "pgbench, same transaction, {concurrency} connections: {baseline:.0} tps"
+            ),
+            ratio: Some(api / baseline),
+            target: "≥ 0.8".to_owned(),
+        };
+        println!("{}", figure.ratio_line());
+        figures.push(figure);
     }
-    figures
+    (write_rate, figures)
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {

@@ -11,14 +11,19 @@ use test_support::kafka::{bootstrap_servers, create_topic};
 use test_support::process::{Service, free_port};
 use uuid::Uuid;
 
+use crate::report::Figure;
+
+/// The service's default `INVENTORY_BATCH_SIZE`.
+pub(crate) const DEFAULT_BATCH_SIZE: u32 = 50;
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Records to consume.
     #[arg(long, default_value_t = 100_000)]
-    records: usize,
+    pub(crate) records: usize,
     /// The inventory service binary (a release build).
     #[arg(long, default_value = "target/release/inventory-service")]
-    service: String,
+    pub(crate) service: String,
 }
 
 const SKUS: usize = 100;
@@ -56,16 +61,45 @@ fn items(n: usize) -> [(String, i32); 2] {
     ]
 }
 
-async fn processed(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("select count(*) from mensagem_processada")
+/// Records applied so far: one reservation outcome per PedidoCriado. Not
+/// mensagem_processada, which also holds the history of P5.
+async fn applied(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from reservations")
         .fetch_one(pool)
         .await
         .unwrap()
 }
 
-/// The service consuming `records` pre-produced events, per-message transactions.
-async fn consumer_rate(args: &Args, bootstrap: &str) -> f64 {
+/// Fills mensagem_processada with `rows` processed messages (history).
+async fn fill_history(pool: &PgPool, rows: i64) {
+    if rows == 0 {
+        return;
+    }
+    sqlx::query(
+        "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
+         select 'estoque.reserva', gen_random_uuid(), now() - interval '1 day' from generate_series(1, $1)",
+    )
+    .bind(rows)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("vacuum analyze mensagem_processada")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// The service consuming `records` pre-produced events (records/s), applying
+/// up to `batch_size` records of a partition per transaction, with `history`
+/// rows already in mensagem_processada.
+pub(crate) async fn consumer_rate(
+    args: &Args,
+    bootstrap: &str,
+    batch_size: u32,
+    history: i64,
+) -> f64 {
     let (database, pool) = database().await;
+    fill_history(&pool, history).await;
     let topic = format!(
         "bench-consumer-{}",
         &Uuid::new_v4().simple().to_string()[..10]
@@ -138,14 +172,19 @@ async fn consumer_rate(args: &Args, bootstrap: &str) -> f64 {
             &group,
             "--http-addr",
             &http,
+            "--batch-size",
+            &batch_size.to_string(),
             "--no-migrate",
         ],
-        &[("RUST_LOG", std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".to_owned()))],
+        &[(
+            "RUST_LOG",
+            std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        )],
     );
     // The clock starts at the first processed record: start-up and the group
     // join are not consumption.
     let first = loop {
-        let done = processed(&pool).await;
+        let done = applied(&pool).await;
         if done > 0 {
             break done;
         }
@@ -153,7 +192,7 @@ async fn consumer_rate(args: &Args, bootstrap: &str) -> f64 {
     };
     let started = Instant::now();
     let total = i64::try_from(args.records).unwrap();
-    while processed(&pool).await < total {
+    while applied(&pool).await < total {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let rate = (total - first) as f64 / started.elapsed().as_secs_f64();
@@ -180,7 +219,7 @@ COMMIT;
 
 /// pgbench running the consumer's transaction on as many connections as the
 /// topic has partitions (the consumer's parallelism): the database's ceiling.
-async fn pgbench_rate(duration: std::time::Duration) -> f64 {
+async fn pgbench_rate(duration: Duration) -> f64 {
     let (database, _pool) = database().await;
     crate::pgbench::tps(
         &database.url(),
@@ -191,14 +230,32 @@ async fn pgbench_rate(duration: std::time::Duration) -> f64 {
     .await
 }
 
-pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+/// P3: per-message and batched transactions, beside pgbench.
+pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     let bootstrap = bootstrap_servers();
-    let sql = pgbench_rate(std::time::Duration::from_secs(10)).await;
-    let consumer = consumer_rate(&args, &bootstrap).await;
-    println!(
-        "P3 consumer: records={} consumer={consumer:.0} records/s pgbench_same_transaction={sql:.0} tps ratio={:.2}",
-        args.records,
-        consumer / sql
-    );
+    let sql = pgbench_rate(Duration::from_secs(10)).await;
+    let mut figures = Vec::new();
+    for (batch_size, kind) in [(1, "per-message"), (DEFAULT_BATCH_SIZE, "batched")] {
+        let consumer = consumer_rate(args, &bootstrap, batch_size, 0).await;
+        let figure = Figure {
+            name: format!(
+                "P3 consumer, {} records, {kind} transactions (batch {batch_size})",
+                args.records
+            ),
+            figure: format!("{consumer:.0} records/s"),
+            baseline: format!(
+                "pgbench, same dedupe + reserve transaction, {PARTITIONS} connections: {sql:.0} tps"
+            ),
+            ratio: Some(consumer / sql),
+            target: "≥ 0.8".to_owned(),
+        };
+        println!("{}", figure.ratio_line());
+        figures.push(figure);
+    }
+    figures
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    measure(&args).await;
     Ok(())
 }

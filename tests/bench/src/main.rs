@@ -5,11 +5,15 @@
 // Benchmarks are programs, not services: a failed step ends the run.
 #![allow(clippy::unwrap_used)]
 
+mod all; // every benchmark, and docs/benchmarks.md
 mod api; // P1: POST /orders vs pgbench
 mod consumer; // P3: the consumer vs the same transaction in SQL
+mod history; // P5: relay and consumer with ten million rows of history
+mod latency; // P4: created -> reserved latency under load
 mod load; // the load generator
 mod pgbench; // pgbench runs as baselines
 mod relay; // P2: the relay draining pre-filled rows vs a raw producer
+mod report; // a result, and the generated table
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +26,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Every benchmark below, then the table in docs/benchmarks.md.
+    All(all::Args),
     /// P1: POST /orders at concurrency 16 and 64, beside pgbench running
     /// the same transaction.
     Api(api::Args),
@@ -31,6 +37,10 @@ enum Command {
     /// P3: the inventory consumer on pre-produced records, beside the same
     /// dedupe + reserve transaction run straight from SQL.
     Consumer(consumer::Args),
+    /// P5: P2 and P3 with ten million rows of history, beside empty tables.
+    History(history::Args),
+    /// P4: latency from outbox row to reservation at 25/50/75 % of the top rate.
+    Latency(latency::Args),
     /// Place orders at a rate (or as fast as possible) for a duration, and
     /// report 2xx/4xx/5xx and latency.
     Load(load::Args),
@@ -39,9 +49,12 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::All(args) => all::run(args).await,
         Command::Api(args) => api::run(args).await,
         Command::Relay(args) => relay::run(args).await,
         Command::Consumer(args) => consumer::run(args).await,
         Command::Load(args) => load::run(args).await,
+        Command::Latency(args) => latency::run(args).await,
+        Command::History(args) => history::run(args).await,
     }
 }

@@ -10,14 +10,16 @@ use test_support::database::TestDatabase;
 use test_support::kafka::{bootstrap_servers, create_topic};
 use test_support::process::{Service, free_port};
 
+use crate::report::Figure;
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Rows to drain.
     #[arg(long, default_value_t = 100_000)]
-    rows: i64,
+    pub(crate) rows: i64,
     /// The relay binary (a release build).
     #[arg(long, default_value = "target/release/outbox-relay")]
-    relay: String,
+    pub(crate) relay: String,
 }
 
 fn orders_server() -> String {
@@ -48,15 +50,35 @@ async fn fill(pool: &PgPool, aggregate_type: &str, rows: i64) {
         .unwrap();
 }
 
+/// Unpublished rows; retained history is not counted (and, through the
+/// relay's partial index, not scanned).
 async fn pending(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("select count(*) from outbox")
+    sqlx::query_scalar("select count(*) from outbox where published_at is null")
         .fetch_one(pool)
         .await
         .unwrap()
 }
 
-/// The relay's drain rate: from its first published batch to an empty outbox.
-async fn relay_rate(args: &Args, bootstrap: &str) -> f64 {
+/// Fills the outbox with `rows` rows already published (retained history).
+async fn fill_history(pool: &PgPool, rows: i64) {
+    if rows == 0 {
+        return;
+    }
+    sqlx::query(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload, created_at, published_at)
+         select gen_random_uuid(), 'history', i::text, 'PedidoCriado', '{}'::jsonb, now() - interval '1 day', now() - interval '1 day'
+         from generate_series(1, $1) as i",
+    )
+    .bind(rows)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// The relay's drain rate (rows/s): from its first published batch to an
+/// empty outbox. With `retained_history`, the relay keeps published rows
+/// (`--retain-published`) and that many are already in the table.
+pub(crate) async fn relay_rate(args: &Args, bootstrap: &str, retained_history: Option<i64>) -> f64 {
     let database = TestDatabase::create(&orders_server(), "bench_relay").await;
     let pool = PgPoolOptions::new()
         .max_connections(2)
@@ -70,23 +92,28 @@ async fn relay_rate(args: &Args, bootstrap: &str) -> f64 {
     let aggregate_type = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let topic = format!("{aggregate_type}.eventos");
     create_topic(bootstrap, &topic, 6).await;
+    fill_history(&pool, retained_history.unwrap_or(0)).await;
     fill(&pool, &aggregate_type, args.rows).await;
 
     let http = format!("127.0.0.1:{}", free_port());
     let url = database.url();
+    let mut relay_args = vec![
+        "--database-url",
+        &url,
+        "--bootstrap-servers",
+        bootstrap,
+        "--http-addr",
+        &http,
+        "--topics",
+        &topic,
+    ];
+    if retained_history.is_some() {
+        relay_args.extend(["--retain-published", "7d"]);
+    }
     let relay = Service::start(
         "outbox-relay",
         &args.relay,
-        &[
-            "--database-url",
-            &url,
-            "--bootstrap-servers",
-            bootstrap,
-            "--http-addr",
-            &http,
-            "--topics",
-            &topic,
-        ],
+        &relay_args,
         &[("RUST_LOG", "warn".to_owned())],
     );
     // The clock starts at the first published batch: start-up is not drain.
@@ -108,7 +135,7 @@ async fn relay_rate(args: &Args, bootstrap: &str) -> f64 {
 
 /// The same records from a raw producer with the relay's settings, all
 /// enqueued at once: the broker's and librdkafka's ceiling.
-async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
+pub(crate) async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
     let topic = format!(
         "bench-raw-{}.eventos",
         &uuid::Uuid::new_v4().simple().to_string()[..10]
@@ -181,14 +208,23 @@ async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
-pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+/// P2: the drain rate and the raw producer's rate, in one figure.
+pub(crate) async fn measure(args: &Args) -> (f64, Figure) {
     let bootstrap = bootstrap_servers();
     let raw = raw_producer_rate(args.rows, &bootstrap).await;
-    let relay = relay_rate(&args, &bootstrap).await;
-    println!(
-        "P2 relay drain: rows={} relay={relay:.0} rows/s raw_producer={raw:.0} records/s ratio={:.2}",
-        args.rows,
-        relay / raw
-    );
+    let relay = relay_rate(args, &bootstrap, None).await;
+    let figure = Figure {
+        name: format!("P2 relay draining {} rows", args.rows),
+        figure: format!("{relay:.0} rows/s"),
+        baseline: format!("raw rdkafka producer, same settings: {raw:.0} records/s"),
+        ratio: Some(relay / raw),
+        target: "≥ 0.7".to_owned(),
+    };
+    println!("{}", figure.ratio_line());
+    (relay, figure)
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    measure(&args).await;
     Ok(())
 }

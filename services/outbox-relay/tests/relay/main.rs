@@ -10,3 +10,4 @@ mod crashes;
 mod failures;
 mod helpers;
 mod publishing;
+mod queries;
