@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
 use test_support::database::TestDatabase;
 use test_support::process::{Service, free_port};
 
+use crate::latency::wait_ready;
 use crate::load::run_load;
 use crate::pgbench;
 use crate::report::Figure;
@@ -36,16 +36,13 @@ fn orders_server() -> String {
 
 /// A fresh, migrated orders database.
 pub(crate) async fn orders_database(prefix: &str) -> TestDatabase {
-    let database = TestDatabase::create(&orders_server(), prefix).await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(database.options.clone())
-        .await
-        .unwrap();
-    sqlx::migrate!("../../migrations/orders")
-        .run(&pool)
-        .await
-        .unwrap();
+    let (database, pool) = TestDatabase::create_migrated(
+        &orders_server(),
+        prefix,
+        &sqlx::migrate!("../../migrations/orders"),
+        1,
+    )
+    .await;
     pool.close().await;
     database
 }
@@ -69,17 +66,7 @@ pub(crate) async fn api_rate(binary: &str, concurrency: usize, duration: Duratio
         ],
         &[("RUST_LOG", "warn".to_owned())],
     );
-    test_support::eventually::eventually(
-        "the order service answers",
-        Duration::from_secs(30),
-        || async {
-            reqwest::get(format!("http://{address}/readyz"))
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-        },
-    )
-    .await;
+    wait_ready(&address).await;
     // Warm up connections and caches.
     run_load(
         &address,

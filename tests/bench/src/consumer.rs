@@ -5,9 +5,8 @@ use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use test_support::database::TestDatabase;
-use test_support::kafka::{bootstrap_servers, create_topic};
+use test_support::kafka::{bootstrap_servers, create_topic, enqueue};
 use test_support::process::{Service, free_port};
 use uuid::Uuid;
 
@@ -36,16 +35,13 @@ fn inventory_server() -> String {
 
 /// A fresh, migrated inventory database with plenty of stock.
 async fn database() -> (TestDatabase, PgPool) {
-    let database = TestDatabase::create(&inventory_server(), "bench_inventory").await;
-    let pool = PgPoolOptions::new()
-        .max_connections(8)
-        .connect_with(database.options.clone())
-        .await
-        .unwrap();
-    sqlx::migrate!("../../migrations/inventory")
-        .run(&pool)
-        .await
-        .unwrap();
+    let (database, pool) = TestDatabase::create_migrated(
+        &inventory_server(),
+        "bench_inventory",
+        &sqlx::migrate!("../../migrations/inventory"),
+        8,
+    )
+    .await;
     sqlx::query("insert into stock (sku, available) select 'SKU-' || i, 1000000000 from generate_series(0, $1 - 1) i")
         .bind(i32::try_from(SKUS).unwrap())
         .execute(&pool)
@@ -132,22 +128,11 @@ pub(crate) async fn consumer_rate(
                 key: "eventType",
                 value: Some("PedidoCriado"),
             });
-        let mut record = FutureRecord::to(&topic)
+        let record = FutureRecord::to(&topic)
             .key(order.as_str())
             .payload(value.as_str())
             .headers(headers);
-        loop {
-            match producer.send_result(record) {
-                Ok(delivery) => {
-                    deliveries.push(delivery);
-                    break;
-                }
-                Err((_, returned)) => {
-                    record = returned;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-        }
+        deliveries.push(enqueue(&producer, record).await);
     }
     for report in join_all(deliveries).await {
         report.unwrap().unwrap();

@@ -44,13 +44,28 @@ async fn connect(database: &TestDatabase) -> PgPool {
         .unwrap()
 }
 
-/// The three services on fresh databases and a broker of their own.
+/// Waits until the service on `address` answers `/readyz` with 2xx.
+pub(crate) async fn wait_ready(address: &str) {
+    eventually(
+        &format!("{address} is ready"),
+        Duration::from_secs(60),
+        || async {
+            reqwest::get(format!("http://{address}/readyz"))
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+        },
+    )
+    .await;
+}
+
 /// Sorted latencies in milliseconds.
 struct Latencies {
     total: Vec<f64>,
     relay_leg: Vec<f64>,
 }
 
+/// The three services on fresh databases and a broker of their own.
 struct Stack {
     _broker: PrivateBroker,
     orders_db: TestDatabase,
@@ -95,20 +110,7 @@ impl Stack {
             &["--database-url", &orders_url, "--http-addr", &order_api],
             &quiet,
         )];
-        let ready = |address: String| async move {
-            eventually(
-                &format!("{address} is ready"),
-                Duration::from_secs(60),
-                || async {
-                    reqwest::get(format!("http://{address}/readyz"))
-                        .await
-                        .ok()
-                        .filter(|r| r.status().is_success())
-                },
-            )
-            .await;
-        };
-        ready(order_api.clone()).await;
+        wait_ready(&order_api).await;
         services.push(Service::start(
             "outbox-relay",
             &format!("{bin}/outbox-relay"),
@@ -138,8 +140,8 @@ impl Stack {
             ],
             &inventory_env,
         ));
-        ready(relay_http).await;
-        ready(inventory_api.clone()).await;
+        wait_ready(&relay_http).await;
+        wait_ready(&inventory_api).await;
         let client = reqwest::Client::new();
         for sku in ["ABC-1", "XYZ-9", "DEF-2"] {
             client

@@ -1,4 +1,5 @@
-use sqlx::postgres::PgConnectOptions;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection};
 
 /// A database created for one test on the server of `server_url`, dropped
@@ -34,6 +35,27 @@ impl TestDatabase {
             name,
             maintenance,
         }
+    }
+
+    /// A fresh database with `migrator`'s migrations applied, and a pool of
+    /// `connections` to it.
+    pub async fn create_migrated(
+        server_url: &str,
+        prefix: &str,
+        migrator: &Migrator,
+        connections: u32,
+    ) -> (Self, PgPool) {
+        let database = Self::create(server_url, prefix).await;
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .connect_with(database.options.clone())
+            .await
+            .expect("the new database accepts connections");
+        migrator
+            .run(&pool)
+            .await
+            .expect("the migrations apply to an empty database");
+        (database, pool)
     }
 
     /// The database's URL, for a service under test: the server's URL with

@@ -6,6 +6,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -40,6 +41,23 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
                 RDKafkaErrorCode::TopicAlreadyExists,
                 "creating {topic}"
             );
+        }
+    }
+}
+
+/// Hands `record` to the producer, waiting while its queue is full: for
+/// tests and benchmarks that enqueue many records at once.
+pub async fn enqueue<'a>(
+    producer: &FutureProducer,
+    mut record: FutureRecord<'a, str, str>,
+) -> DeliveryFuture {
+    loop {
+        match producer.send_result(record) {
+            Ok(delivery) => return delivery,
+            Err((_, returned)) => {
+                record = returned;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
     }
 }

@@ -5,7 +5,6 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic, unique_name};
@@ -87,16 +86,13 @@ impl InventoryTest {
 
     pub(crate) async fn with_dlt_partitions(dlt_partitions: i32) -> Self {
         let bootstrap = bootstrap_servers();
-        let database = TestDatabase::create(&inventory_server(), "inventory_test").await;
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect_with(database.options.clone())
-            .await
-            .unwrap();
-        sqlx::migrate!("../../migrations/inventory")
-            .run(&pool)
-            .await
-            .unwrap();
+        let (database, pool) = TestDatabase::create_migrated(
+            &inventory_server(),
+            "inventory_test",
+            &sqlx::migrate!("../../migrations/inventory"),
+            4,
+        )
+        .await;
         let topic = unique_name("invtest");
         let dlt = format!("{topic}.dlt");
         create_topic(&bootstrap, &topic, PARTITIONS).await;

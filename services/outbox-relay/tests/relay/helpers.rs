@@ -3,7 +3,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic};
@@ -37,16 +36,13 @@ impl RelayTest {
     }
 
     pub(crate) async fn with_broker(bootstrap: &str) -> Self {
-        let database = TestDatabase::create(&orders_server(), "relay_test").await;
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect_with(database.options.clone())
-            .await
-            .unwrap();
-        sqlx::migrate!("../../migrations/orders")
-            .run(&pool)
-            .await
-            .unwrap();
+        let (database, pool) = TestDatabase::create_migrated(
+            &orders_server(),
+            "relay_test",
+            &sqlx::migrate!("../../migrations/orders"),
+            4,
+        )
+        .await;
         let aggregate_type = format!("relaytest{}", &Uuid::new_v4().simple().to_string()[..12]);
         let topic = format!("{aggregate_type}.eventos");
         create_topic(bootstrap, &topic, PARTITIONS).await;
