@@ -62,13 +62,16 @@ async fn fill(pool: &PgPool, aggregate_type: &str, rows: i64) {
         .unwrap();
 }
 
-/// Unpublished rows; retained history is not counted (and, through the
-/// relay's partial index, not scanned).
+/// Rows still to publish. The predicate is the relay's partial index's, to
+/// the letter: with `published_at is null` alone this count read all ten
+/// million retained rows every 20 ms, and P5 measured the observer.
 async fn pending(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("select count(*) from outbox where published_at is null")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "select count(*) from outbox where published_at is null and parked_at is null",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 /// Fills the outbox with `rows` rows already published (retained history).
