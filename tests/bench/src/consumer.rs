@@ -79,10 +79,7 @@ async fn fill_history(pool: &PgPool, rows: i64) {
     .execute(pool)
     .await
     .unwrap();
-    sqlx::query("vacuum analyze mensagem_processada")
-        .execute(pool)
-        .await
-        .unwrap();
+    crate::relay::settle(pool).await;
 }
 
 /// The service consuming `records` pre-produced events (records/s), applying

@@ -74,6 +74,15 @@ async fn pending(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
+/// After a large fill: vacuum it and flush it to disk, so that the measured
+/// run starts from a table that has lived for months, not one whose
+/// checkpoint is still writing ten million new rows out.
+pub(crate) async fn settle(pool: &PgPool) {
+    for statement in ["vacuum analyze", "checkpoint"] {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+}
+
 /// Fills the outbox with `rows` rows already published (retained history).
 async fn fill_history(pool: &PgPool, rows: i64) {
     if rows == 0 {
@@ -89,6 +98,7 @@ async fn fill_history(pool: &PgPool, rows: i64) {
     .execute(pool)
     .await
     .unwrap();
+    settle(pool).await;
 }
 
 /// The relay's drain rate (rows/s): from its first published batch to an
