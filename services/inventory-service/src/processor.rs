@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgPool, Postgres};
 use tracing::Instrument;
 
 use crate::circuit::Circuit;
@@ -95,14 +96,66 @@ fn handled(applied: &Applied) -> Handled {
     }
 }
 
+/// How an attempt draws its database connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Draw {
+    /// As the pool hands it out, unchecked: the first attempt, the hot path.
+    AsPooled,
+    /// Pinged first: a retry.
+    Live,
+}
+
+impl Draw {
+    fn for_attempt(first: bool) -> Self {
+        if first { Draw::AsPooled } else { Draw::Live }
+    }
+}
+
+/// A pooled connection that answered a ping. The pool hands connections out
+/// without one (a round trip per transaction saved), so after a database
+/// restart or `pg_terminate_backend` its idle connections are all dead, and
+/// retries that drew them one by one would fail without the database being
+/// at fault: with enough dead connections, a healthy record would exhaust
+/// its retries and be dead-lettered. A retry therefore closes dead
+/// connections until one answers, or the pool opens a new one.
+async fn live_connection(pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    let mut dead = 0;
+    loop {
+        let mut conn = pool.acquire().await?;
+        match conn.ping().await {
+            Ok(()) => {
+                if dead > 0 {
+                    tracing::info!(
+                        closed = dead,
+                        "closed dead pooled connections before a retry"
+                    );
+                }
+                return Ok(conn);
+            }
+            // More dead ones than the pool can hold: the database itself is
+            // failing, which the retry policy is there for.
+            Err(error) if dead >= pool.options().get_max_connections() => return Err(error),
+            Err(_) => {
+                conn.close_on_drop();
+                dead += 1;
+            }
+        }
+    }
+}
+
 /// One transaction for the messages of `orders` (one, or several of one
 /// partition), each with its own dedupe row.
 async fn apply_batch(
     pool: &PgPool,
+    connection: Draw,
     records: &[&SourceRecord],
     orders: &[OrderPlaced],
 ) -> Result<Vec<Handled>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut conn = match connection {
+        Draw::AsPooled => pool.acquire().await?,
+        Draw::Live => live_connection(pool).await?,
+    };
+    let mut tx = conn.begin().await?;
     let applied = inventory::apply_orders(&mut tx, CONSUMER_NAME, orders).await?;
     tx.commit().await?;
     for ((record, order), applied) in records.iter().zip(orders).zip(&applied) {
@@ -116,10 +169,12 @@ async fn apply_batch(
 /// One record's transaction: the dedupe row first, then the effect.
 async fn apply(
     pool: &PgPool,
+    connection: Draw,
     record: &SourceRecord,
     order: &OrderPlaced,
 ) -> Result<Handled, sqlx::Error> {
-    let mut outcomes = apply_batch(pool, &[record], std::slice::from_ref(order)).await?;
+    let mut outcomes =
+        apply_batch(pool, connection, &[record], std::slice::from_ref(order)).await?;
     Ok(outcomes.pop().unwrap_or(Handled::Abandoned))
 }
 
@@ -226,7 +281,7 @@ impl Processor {
             if stop() {
                 return None;
             }
-            match apply_batch(&self.pool, records, orders).await {
+            match apply_batch(&self.pool, Draw::for_attempt(attempt == 0), records, orders).await {
                 Ok(handled) => return Some(handled),
                 Err(error) => {
                     metrics::counter!("consumer_retries_total").increment(1);
@@ -283,7 +338,7 @@ impl Processor {
             if stop() {
                 return Handled::Abandoned;
             }
-            match apply(&self.pool, record, order).await {
+            match apply(&self.pool, Draw::for_attempt(attempt == 1), record, order).await {
                 Ok(handled) => return handled,
                 Err(error) if attempt < attempts => {
                     metrics::counter!("consumer_retries_total").increment(1);

@@ -176,6 +176,56 @@ async fn a_transient_failure_that_heals_within_the_retries_is_processed_once() {
     service.service.terminate(Duration::from_secs(30)).await;
 }
 
+/// Sessions of the test database other than the asking one, terminated.
+async fn terminate_other_sessions(test: &InventoryTest) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
+          where datname = current_database() and pid <> pg_backend_pid()) terminated",
+    )
+    .fetch_one(&test.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn after_every_pooled_connection_was_terminated_a_record_is_processed_not_dead_lettered() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 100).await;
+    let service = test.start(&[], &[]).await;
+    // One blocked transaction per partition fills the service's pool with
+    // as many connections, idle once the lock goes.
+    let lock = lock_stock(&test, "ABC-1").await;
+    let mut warm_up = Vec::new();
+    for partition in 0..6 {
+        let order = Uuid::now_v7();
+        test.produce(&Outgoing::order(order, &[("ABC-1", 1)]).on_partition(partition))
+            .await;
+        warm_up.push(order);
+    }
+    eventually("six transactions wait on the lock", Duration::from_secs(30), || async {
+        let waiting = test
+            .count("select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'")
+            .await;
+        (waiting >= 6).then_some(())
+    })
+    .await;
+    lock.rollback().await.unwrap();
+    for order in &warm_up {
+        assert_eq!(test.wait_for_reservation(*order).await.0, "RESERVED");
+    }
+
+    let terminated = terminate_other_sessions(&test).await;
+    assert!(terminated >= 6, "only {terminated} sessions to terminate");
+    let order = Uuid::now_v7();
+    test.produce(&Outgoing::order(order, &[("ABC-1", 1)]).on_partition(0))
+        .await;
+
+    assert_eq!(test.wait_for_reservation(order).await.0, "RESERVED");
+    assert_eq!(service.metric("consumer_dlt_total").await, 0.0);
+    assert_eq!(test.stock("ABC-1").await, (93, 7));
+    service.service.terminate(Duration::from_secs(30)).await;
+}
+
 #[tokio::test]
 async fn the_dlq_circuit_stops_consumption_and_fails_readiness() {
     let test = InventoryTest::new().await;
