@@ -16,6 +16,33 @@ pub(crate) struct Args {
     pub(crate) rows: usize,
 }
 
+/// `rate` with `history` rows, and the mean of `rate` on empty tables just
+/// before and just after: the broker's own storage grows during a run, so a
+/// later run is slower for that alone, and bracketing cancels it.
+async fn bracketed<F, Fut>(rate: F, history: i64) -> (f64, f64)
+where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = f64>,
+{
+    let empty_before = rate(0).await;
+    let with_history = rate(history).await;
+    let empty_after = rate(0).await;
+    (with_history, f64::midpoint(empty_before, empty_after))
+}
+
+/// A P5 figure: the rate with history beside the rate on empty tables.
+fn figure(name: String, unit: &str, baseline: &str, with_history: f64, empty: f64) -> Figure {
+    let figure = Figure {
+        name,
+        figure: format!("{with_history:.0} {unit}"),
+        baseline: format!("{baseline} (mean of the runs before and after): {empty:.0} {unit}"),
+        ratio: Some(with_history / empty),
+        target: "≥ 0.9".to_owned(),
+    };
+    println!("{}", figure.ratio_line());
+    figure
+}
+
 pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     let bootstrap = bootstrap_servers();
     let relay_args = relay::Args {
@@ -26,47 +53,38 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
         records: args.rows,
         service: "target/release/inventory-service".to_owned(),
     };
-    // Both relay runs keep published rows, so only the history differs. The
-    // empty case runs before and after: the broker's own storage grows
-    // during a run, and a later run would otherwise be slower for that alone.
-    let relay_history = relay::relay_rate(&relay_args, &bootstrap, Some(args.history)).await;
-    let relay_empty = f64::midpoint(
-        relay::relay_rate(&relay_args, &bootstrap, Some(0)).await,
-        relay::relay_rate(&relay_args, &bootstrap, Some(0)).await,
-    );
-    let relay = Figure {
-        name: format!(
+    // Both relay runs keep published rows, so only the history differs.
+    let (relay_history, relay_empty) = bracketed(
+        |history| relay::relay_rate(&relay_args, &bootstrap, Some(history)),
+        args.history,
+    )
+    .await;
+    let relay = figure(
+        format!(
             "P5 relay (retaining published rows), {} rows over {} retained",
             args.rows, args.history
         ),
-        figure: format!("{relay_history:.0} rows/s"),
-        baseline: format!(
-            "same drain, no retained rows (mean of two runs): {relay_empty:.0} rows/s"
-        ),
-        ratio: Some(relay_history / relay_empty),
-        target: "≥ 0.9".to_owned(),
-    };
-    println!("{}", relay.ratio_line());
-    let batch = consumer::DEFAULT_BATCH_SIZE;
-    let consumer_history =
-        consumer::consumer_rate(&consumer_args, &bootstrap, batch, args.history).await;
-    let consumer_empty = f64::midpoint(
-        consumer::consumer_rate(&consumer_args, &bootstrap, batch, 0).await,
-        consumer::consumer_rate(&consumer_args, &bootstrap, batch, 0).await,
+        "rows/s",
+        "same drain, no retained rows",
+        relay_history,
+        relay_empty,
     );
-    let consumer = Figure {
-        name: format!(
+    let batch = consumer::DEFAULT_BATCH_SIZE;
+    let (consumer_history, consumer_empty) = bracketed(
+        |history| consumer::consumer_rate(&consumer_args, &bootstrap, batch, history),
+        args.history,
+    )
+    .await;
+    let consumer = figure(
+        format!(
             "P5 consumer (batch {batch}), {} records over {} processed rows",
             args.rows, args.history
         ),
-        figure: format!("{consumer_history:.0} records/s"),
-        baseline: format!(
-            "same records, empty mensagem_processada (mean of two runs): {consumer_empty:.0} records/s"
-        ),
-        ratio: Some(consumer_history / consumer_empty),
-        target: "≥ 0.9".to_owned(),
-    };
-    println!("{}", consumer.ratio_line());
+        "records/s",
+        "same records, empty mensagem_processada",
+        consumer_history,
+        consumer_empty,
+    );
     vec![relay, consumer]
 }
 
