@@ -5,6 +5,7 @@ use std::time::Duration;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -46,7 +47,8 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
 }
 
 /// Hands `record` to the producer, waiting while its queue is full: for
-/// tests and benchmarks that enqueue many records at once.
+/// tests and benchmarks that enqueue many records at once. Any other error
+/// fails the caller rather than being retried for ever.
 pub async fn enqueue<'a>(
     producer: &FutureProducer,
     mut record: FutureRecord<'a, str, str>,
@@ -54,10 +56,11 @@ pub async fn enqueue<'a>(
     loop {
         match producer.send_result(record) {
             Ok(delivery) => return delivery,
-            Err((_, returned)) => {
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                 record = returned;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
+            Err((error, _)) => panic!("enqueueing a record: {error}"),
         }
     }
 }
