@@ -71,10 +71,13 @@ async fn fill_history(pool: &PgPool, rows: i64) {
     if rows == 0 {
         return;
     }
-    sqlx::query(
+    // Time-ordered ids, as the relay's outbox ids are in production and in
+    // the records of this run.
+    sqlx::query(&format!(
         "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
-         select 'estoque.reserva', gen_random_uuid(), now() - interval '1 day' from generate_series(1, $1)",
-    )
+         select 'estoque.reserva', {}, now() - interval '1 day' from generate_series(1, $1) as i",
+        crate::relay::v7_id("now() - interval '1 day'")
+    ))
     .bind(rows)
     .execute(pool)
     .await

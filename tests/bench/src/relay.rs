@@ -31,7 +31,7 @@ fn orders_server() -> String {
 /// entries land at the right edge of the primary key; random (v4) ids would
 /// dirty a random leaf page per row, which production does not do.
 /// PostgreSQL 15 has no uuidv7().
-fn v7_id(start: &str) -> String {
+pub(crate) fn v7_id(start: &str) -> String {
     format!(
         "(lpad(to_hex((extract(epoch from {start}) * 1000)::bigint + i), 12, '0')
           || '7' || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid"
