@@ -83,11 +83,10 @@ pub(crate) async fn settle(pool: &PgPool) {
     }
 }
 
-/// Fills the outbox with `rows` rows already published (retained history).
+/// For P5: fills the outbox with `rows` rows already published (retained
+/// history), then settles the database. The empty case (`rows` 0) settles
+/// too, so that history is the only difference between the two.
 async fn fill_history(pool: &PgPool, rows: i64) {
-    if rows == 0 {
-        return;
-    }
     sqlx::query(&format!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, created_at, published_at)
          select {}, 'history', i::text, 'PedidoCriado', '{{}}'::jsonb, now() - interval '1 day', now() - interval '1 day'
@@ -115,7 +114,9 @@ pub(crate) async fn relay_rate(args: &Args, bootstrap: &str, retained_history: O
     let aggregate_type = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let topic = format!("{aggregate_type}.eventos");
     create_topic(bootstrap, &topic, 6).await;
-    fill_history(&pool, retained_history.unwrap_or(0)).await;
+    if let Some(rows) = retained_history {
+        fill_history(&pool, rows).await;
+    }
     fill(&pool, &aggregate_type, args.rows).await;
 
     let http = format!("127.0.0.1:{}", free_port());
