@@ -71,6 +71,45 @@ impl PrivateBroker {
         self.wait_until_it_answers(Duration::from_secs(30)).await;
     }
 
+    /// Deletes the records of `topic`'s `partition` before `offset`, as
+    /// retention does when it drops a log segment: the low watermark moves
+    /// to `offset`. Works on the broker's storage because tansu 0.6's
+    /// DeleteRecords cannot do it: its PostgreSQL statement deletes the
+    /// records *from* the offset on, and names columns its own schema lacks
+    /// (docs/local-services.md).
+    pub async fn expire_records_before(&self, topic: &str, partition: i32, offset: i64) {
+        let mut conn = PgConnection::connect_with(&self.storage.options)
+            .await
+            .unwrap();
+        let deleted = sqlx::query(
+            "delete from record r using topition tp, topic t
+             where r.topition = tp.id and tp.topic = t.id
+               and t.name = $1 and tp.partition = $2 and r.offset_id < $3",
+        )
+        .bind(topic)
+        .bind(partition)
+        .bind(offset)
+        .execute(&mut conn)
+        .await
+        .unwrap()
+        .rows_affected();
+        assert!(
+            deleted > 0,
+            "no record of {topic}[{partition}] before {offset}"
+        );
+        sqlx::query(
+            "update watermark w set low = $3 from topition tp, topic t
+             where w.topition = tp.id and tp.topic = t.id and t.name = $1 and tp.partition = $2",
+        )
+        .bind(topic)
+        .bind(partition)
+        .bind(offset)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+
     /// SIGTERM, as an orderly broker shutdown.
     pub async fn stop(&mut self) {
         if let Some(process) = self.process.take() {

@@ -12,4 +12,5 @@ pub mod database; // a fresh database per test, dropped afterwards
 pub mod eventually; // the one retry-until-deadline helper
 pub mod kafka; // topics, record collection, the Java partitioner
 pub mod postgres; // private PostgreSQL clusters for restart tests
-pub mod process; // service binaries as child processes, signals
+pub mod process; // service binaries as child processes, signals, their logs
+pub mod raw; // records rdkafka cannot express: header names that are not UTF-8

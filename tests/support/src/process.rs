@@ -1,3 +1,4 @@
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -6,37 +7,45 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 /// A child process of the test, killed (SIGKILL) if still running on drop.
+/// Its standard output and error go to a log file of its own, which a test
+/// may read ([`Service::log`]); with TEST_LOG set, the log is also printed
+/// when the value is dropped.
 #[derive(Debug)]
 pub struct Service {
     pub name: String,
     child: Child,
+    log: PathBuf,
 }
 
 impl Service {
-    /// Starts `program` with `envs` added to the environment. Its output
-    /// goes to the test's output only with TEST_LOG set.
+    /// Starts `program` with `envs` added to the environment.
     pub fn start(name: &str, program: &str, args: &[&str], envs: &[(&str, String)]) -> Self {
-        let quiet = std::env::var_os("TEST_LOG").is_none();
-        let output = || {
-            if quiet {
-                Stdio::null()
-            } else {
-                Stdio::inherit()
-            }
-        };
+        let directory = std::env::temp_dir().join("entrega-test-logs");
+        std::fs::create_dir_all(&directory).expect("creating the test log directory");
+        let log = directory.join(format!("{name}-{}.log", uuid::Uuid::new_v4().simple()));
+        let file = std::fs::File::create(&log).expect("creating a test log file");
+        let errors = file.try_clone().expect("cloning the log file handle");
         let child = Command::new(program)
             .args(args)
             .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
-            .stdout(output())
-            .stderr(output())
+            .stdout(file)
+            .stderr(errors)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name} ({program}): {e}"));
         Self {
             name: name.to_owned(),
             child,
+            log,
         }
+    }
+
+    /// Everything the process wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read(&self.log)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -75,6 +84,25 @@ impl Service {
         match tokio::time::timeout(deadline, self.child.wait()).await {
             Ok(Ok(status)) => status.code(),
             _ => panic!("{} did not exit within {deadline:?}", self.name),
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if std::env::var_os("TEST_LOG").is_some() {
+            eprintln!(
+                "----- {} ({}) -----\n{}",
+                self.name,
+                self.log.display(),
+                self.log()
+            );
+        }
+        // A failing test keeps the logs of its processes for a post-mortem.
+        if std::thread::panicking() {
+            eprintln!("log of {}: {}", self.name, self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
         }
     }
 }
