@@ -2,17 +2,18 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::event::OrderPlaced;
+use crate::consumer::Claimed;
+use crate::event::{OrderPlaced, Sku};
 
 /// Stock of one sku.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Stock {
     pub sku: String,
-    pub available: i32,
-    pub reserved: i32,
+    pub available: i64,
+    pub reserved: i64,
 }
 
 /// A reservation outcome with its items.
@@ -33,96 +34,93 @@ pub enum Applied {
     Rejected(String),
     /// The order already had an outcome (from another message id): no effect.
     AlreadyDecided,
-    /// The message id was processed before: no effect.
-    Duplicate,
 }
 
-/// Applies the messages of `orders`, in order, within `tx`: the dedupe rows
-/// first, then one outcome per new order, all items reserved or none.
+impl Applied {
+    /// The `outcome` label of `consumer_processed_total`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Reserved => "reserved",
+            Self::Rejected(_) => "rejected",
+            Self::AlreadyDecided => "already-decided",
+        }
+    }
+}
+
+/// Decides the orders of `messages`, in order, within the transaction that
+/// just claimed their message ids: one outcome per order, all items
+/// reserved or none.
 ///
-/// Set-based, so a batch costs the same few statements as one order: insert
-/// every dedupe row at once, first (`on conflict do nothing`: the ids not
-/// returned are duplicates), lock the stock rows involved (in sku order, so
-/// concurrent transactions cannot deadlock), decide each order against the
-/// locked stock, then write outcomes, items and stock changes with one
-/// statement each. An order decided meanwhile by another transaction makes the outcome
-/// insert fail on its primary key, and the whole transaction is retried.
-pub async fn apply_orders(
-    tx: &mut Transaction<'_, Postgres>,
-    consumer: &str,
-    orders: &[OrderPlaced],
+/// Set-based, so a batch costs the same few statements as one order: lock
+/// the stock rows involved (in sku order, so concurrent transactions cannot
+/// deadlock), decide each order against the locked stock, then write
+/// outcomes, items and stock changes with one statement each. An order
+/// decided meanwhile by another transaction makes the outcome insert fail on
+/// its primary key, and the whole transaction is retried.
+pub async fn reserve(
+    tx: &mut PgConnection,
+    messages: &[Claimed<'_, OrderPlaced>],
 ) -> Result<Vec<Applied>, sqlx::Error> {
-    // Insert first, no SELECT before it: the primary key decides.
-    let ids: Vec<Uuid> = orders.iter().map(|o| o.message_id).collect();
-    let mut claimed: HashSet<Uuid> = sqlx::query_scalar(
-        "insert into mensagem_processada (consumidor, mensagem_id)
-         select $1, id from unnest($2::uuid[]) as id
-         on conflict do nothing
-         returning mensagem_id",
-    )
-    .bind(consumer)
-    .bind(&ids)
-    .fetch_all(&mut **tx)
-    .await?
-    .into_iter()
-    .collect();
-    let mut skus: Vec<&str> = orders
+    let mut skus: Vec<&str> = messages
         .iter()
-        .flat_map(|o| o.items.iter().map(|(sku, _)| sku.as_str()))
+        .flat_map(|m| m.message.items.iter().map(|(sku, _)| sku.as_str()))
         .collect();
     skus.sort_unstable();
     skus.dedup();
-    let mut available: HashMap<String, i32> = sqlx::query_as(
+    let mut available: HashMap<String, i64> = sqlx::query_as(
         "select sku, available from stock where sku = any($1) order by sku for update",
     )
     .bind(&skus)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await?
     .into_iter()
     .collect();
-    let order_ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
+    let order_ids: Vec<Uuid> = messages.iter().map(|m| m.message.order_id).collect();
     let mut decided: HashSet<Uuid> =
         sqlx::query_scalar("select order_id from reservations where order_id = any($1)")
             .bind(&order_ids)
-            .fetch_all(&mut **tx)
+            .fetch_all(&mut *tx)
             .await?
             .into_iter()
             .collect();
 
-    let mut applied = Vec::with_capacity(orders.len());
+    let mut applied = Vec::with_capacity(messages.len());
     let mut outcomes = Outcomes::default();
-    for order in orders {
-        // A message id is claimed once; another copy in the batch is a duplicate.
-        if !claimed.remove(&order.message_id) {
-            applied.push(Applied::Duplicate);
-            continue;
-        }
+    for claimed in messages {
+        let order = claimed.message;
         if !decided.insert(order.order_id) {
             applied.push(Applied::AlreadyDecided);
             continue;
         }
-        let shortage = order
-            .items
-            .iter()
-            .find_map(|(sku, quantity)| match available.get(sku) {
-                None => Some(format!("unknown sku {sku}")),
-                Some(free) if free < quantity => Some(format!(
-                    "insufficient stock for {sku}: requested {quantity}, available {free}"
-                )),
-                Some(_) => None,
-            });
+        let shortage =
+            order
+                .items
+                .iter()
+                .find_map(|(sku, quantity)| match available.get(sku.as_str()) {
+                    None => Some(format!("unknown sku {sku}")),
+                    Some(free) if *free < i64::from(*quantity) => Some(format!(
+                        "insufficient stock for {sku}: requested {quantity}, available {free}"
+                    )),
+                    Some(_) => None,
+                });
         if shortage.is_none() {
             for (sku, quantity) in &order.items {
-                if let Some(free) = available.get_mut(sku) {
-                    *free -= quantity;
+                if let Some(free) = available.get_mut(sku.as_str()) {
+                    *free -= i64::from(*quantity);
                 }
-                *outcomes.reserved.entry(sku.clone()).or_default() += quantity;
+                *outcomes
+                    .reserved
+                    .entry(sku.as_str().to_owned())
+                    .or_default() += i64::from(*quantity);
             }
         }
-        outcomes.add(order, shortage.as_deref());
+        outcomes.add(claimed.id, order, shortage.as_deref());
         applied.push(match shortage {
             None => Applied::Reserved,
-            Some(reason) => Applied::Rejected(reason),
+            Some(reason) => {
+                tracing::info!(parent: &claimed.record.span(), order.id = %order.order_id, %reason, "reservation rejected");
+                Applied::Rejected(reason)
+            }
         });
     }
     outcomes.write(tx).await?;
@@ -141,11 +139,11 @@ struct Outcomes {
     item_skus: Vec<String>,
     item_quantities: Vec<i32>,
     /// Units reserved per sku by this batch.
-    reserved: HashMap<String, i32>,
+    reserved: HashMap<String, i64>,
 }
 
 impl Outcomes {
-    fn add(&mut self, order: &OrderPlaced, shortage: Option<&str>) {
+    fn add(&mut self, message_id: Uuid, order: &OrderPlaced, shortage: Option<&str>) {
         self.order_ids.push(order.order_id);
         self.statuses.push(if shortage.is_none() {
             "RESERVED"
@@ -153,17 +151,17 @@ impl Outcomes {
             "REJECTED"
         });
         self.reasons.push(shortage.map(str::to_owned));
-        self.message_ids.push(order.message_id);
+        self.message_ids.push(message_id);
         for (line, (sku, quantity)) in order.items.iter().enumerate() {
             self.item_orders.push(order.order_id);
             self.item_lines
                 .push(i16::try_from(line).unwrap_or(i16::MAX));
-            self.item_skus.push(sku.clone());
+            self.item_skus.push(sku.as_str().to_owned());
             self.item_quantities.push(*quantity);
         }
     }
 
-    async fn write(self, tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
+    async fn write(self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
         if self.order_ids.is_empty() {
             return Ok(());
         }
@@ -175,7 +173,7 @@ impl Outcomes {
         .bind(&self.statuses)
         .bind(&self.reasons)
         .bind(&self.message_ids)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
         sqlx::query(
             "insert into reservation_items (order_id, line, sku, quantity)
@@ -185,19 +183,19 @@ impl Outcomes {
         .bind(&self.item_lines)
         .bind(&self.item_skus)
         .bind(&self.item_quantities)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
         if !self.reserved.is_empty() {
-            let (skus, quantities): (Vec<String>, Vec<i32>) = self.reserved.into_iter().unzip();
+            let (skus, quantities): (Vec<String>, Vec<i64>) = self.reserved.into_iter().unzip();
             sqlx::query(
                 "update stock s
                  set available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
-                 from unnest($1::text[], $2::int4[]) as w (sku, quantity)
+                 from unnest($1::text[], $2::int8[]) as w (sku, quantity)
                  where s.sku = w.sku",
             )
             .bind(&skus)
             .bind(&quantities)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         }
         Ok(())
@@ -205,21 +203,21 @@ impl Outcomes {
 }
 
 /// Sets the units available for `sku`, creating it if new.
-pub async fn set_available(pool: &PgPool, sku: &str, available: i32) -> Result<Stock, sqlx::Error> {
+pub async fn set_available(pool: &PgPool, sku: &Sku, available: i64) -> Result<Stock, sqlx::Error> {
     sqlx::query_as(
         "insert into stock (sku, available) values ($1, $2)
          on conflict (sku) do update set available = excluded.available, updated_at = now()
          returning sku, available, reserved",
     )
-    .bind(sku)
+    .bind(sku.as_str())
     .bind(available)
     .fetch_one(pool)
     .await
 }
 
-pub async fn stock(pool: &PgPool, sku: &str) -> Result<Option<Stock>, sqlx::Error> {
+pub async fn stock(pool: &PgPool, sku: &Sku) -> Result<Option<Stock>, sqlx::Error> {
     sqlx::query_as("select sku, available, reserved from stock where sku = $1")
-        .bind(sku)
+        .bind(sku.as_str())
         .fetch_optional(pool)
         .await
 }

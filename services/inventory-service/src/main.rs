@@ -1,8 +1,9 @@
 use anyhow::Context;
 use clap::Parser;
+use inventory_service::admin::{self, present};
 use inventory_service::config::{Cli, Command, DltCommand};
+use inventory_service::retention;
 use inventory_service::startup::{self, Application};
-use inventory_service::{admin, retention};
 use service_support::{shutdown, telemetry};
 
 #[tokio::main]
@@ -10,6 +11,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.common.log_format, "info,sqlx=warn,rdkafka=warn");
     let kafka = startup::kafka_config(&cli.common, &[]);
+    let dlt = cli.common.dlt_topic.clone();
     match cli.command {
         None | Some(Command::Serve) => {
             tracing::info!(database = %cli.common.database_url, bootstrap = %cli.common.bootstrap_servers,
@@ -23,24 +25,27 @@ async fn main() -> anyhow::Result<()> {
                 .context("inventory service stopped with an error")
         }
         Some(Command::Dlt(DltCommand::List(filter))) => {
-            admin::list(kafka, cli.common.dlt_topic, filter)
+            let read = admin::list(kafka, dlt, filter)
                 .await
                 .context("dlt list failed")?;
+            present::listing(&read);
             Ok(())
         }
         Some(Command::Dlt(DltCommand::Show { partition, offset })) => {
-            let found = admin::show(kafka, cli.common.dlt_topic, partition, offset)
+            let read = admin::show(kafka, dlt, partition, offset)
                 .await
                 .context("dlt show failed")?;
-            if !found {
+            if !present::shown(&read, partition, offset) {
                 std::process::exit(1);
             }
             Ok(())
         }
         Some(Command::Dlt(DltCommand::Redrive(args))) => {
-            admin::redrive(kafka, cli.common.dlt_topic, args)
+            let mut progress = present::redrive_progress(args.dry_run);
+            let summary = admin::redrive(kafka, dlt, args, &mut progress)
                 .await
                 .context("dlt redrive failed")?;
+            present::redrive_summary(&summary);
             Ok(())
         }
         Some(Command::Retention) => {
@@ -51,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
             let deleted = retention::run_once(&pool, cli.serve.retention.retention)
                 .await
                 .context("retention failed")?;
-            println!("deleted {deleted} mensagem_processada row(s) older than the retention");
+            present::retention(deleted);
             Ok(())
         }
     }

@@ -12,11 +12,13 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::circuit::Circuit;
 use crate::config::{Common, ServeArgs};
-use crate::consumer::{self, ConsumerSettings};
+use crate::consumer::{
+    self, Circuit, ConsumerError, Database, DltProducer, Health, Pipeline, RetryPolicy,
+};
+use crate::event::CONSUMER_NAME;
 use crate::http::{self, AppState};
-use crate::processor::{Processor, RetryPolicy};
+use crate::reserving::Reserving;
 use crate::retention::{self, RetentionError};
 use crate::topics::{self, TopicError};
 
@@ -38,6 +40,8 @@ pub enum StartupError {
     },
     #[error("invalid Kafka client configuration")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("the consumer failed")]
+    Consumer(#[from] ConsumerError),
     #[error("the topics are not usable")]
     Topics(#[from] TopicError),
     #[error("the processed-table retention is not safe")]
@@ -126,15 +130,16 @@ impl Application {
             trigger.cancel();
         });
 
-        let circuit = Arc::new(Circuit::new(
+        let circuit = Circuit::new(
             self.serve.circuit_window as usize,
             self.serve.circuit_max_dlt_share,
             self.serve.circuit_min_records as usize,
-        ));
+        );
+        let health = Health::new(circuit, Database::new(self.pool.clone()));
         let state = AppState {
             pool: self.pool.clone(),
             metrics: http::metrics_recorder(),
-            circuit: Arc::clone(&circuit),
+            health: health.clone(),
         };
         tracing::info!(addr = %self.local_addr(), "inventory API listening");
         let Self {
@@ -151,7 +156,7 @@ impl Application {
                 .await
         });
 
-        let result = consume(&common, &serve, &pool, circuit, &token).await;
+        let result = consume(&common, &serve, &pool, health, &token).await;
         token.cancel();
         let _ = http.await;
         pool.close().await;
@@ -163,7 +168,7 @@ async fn consume(
     common: &Common,
     serve: &ServeArgs,
     pool: &PgPool,
-    circuit: Arc<Circuit>,
+    health: Health,
     token: &CancellationToken,
 ) -> Result<(), StartupError> {
     let base = kafka_config(common, &[]);
@@ -181,26 +186,21 @@ async fn consume(
             token.clone(),
         ))
     });
-    let dlt_producer: FutureProducer = kafka_config(
-        common,
-        &[
-            ("enable.idempotence", "true".to_owned()),
-            ("acks", "all".to_owned()),
-        ],
-    )
-    .create()?;
-    let processor = Arc::new(Processor {
-        pool: pool.clone(),
-        dlt_producer,
-        dlt_topic: common.dlt_topic.clone(),
-        group: common.group.clone(),
-        retry: RetryPolicy {
-            retries: serve.retries,
-            backoff: serve.retry_backoff,
+    let producer: FutureProducer = kafka_config(common, &consumer::producer_settings()).create()?;
+    let pipeline = Pipeline {
+        handler: Reserving,
+        database: Arc::clone(health.database()),
+        dlt: DltProducer {
+            producer,
+            topic: common.dlt_topic.clone(),
+            group: common.group.clone(),
+            health: health.clone(),
         },
-        circuit,
-    });
-    let settings = ConsumerSettings {
+        retry: RetryPolicy::fixed(serve.retries, serve.retry_backoff),
+        health,
+        consuming: token.child_token(),
+    };
+    let settings = consumer::Settings {
         topic: common.topic.clone(),
         group: common.group.clone(),
         revoke_grace: serve.revoke_grace,
@@ -209,9 +209,9 @@ async fn consume(
     };
     let consumer_config = kafka_config(
         common,
-        &consumer::consumer_settings(&common.group, serve.session_timeout),
+        &consumer::consumer_settings(&common.group, CONSUMER_NAME, serve.session_timeout),
     );
-    consumer::run(settings, consumer_config, processor, token.clone()).await?;
+    consumer::run(settings, consumer_config, pipeline, token.clone()).await?;
     if let Some(task) = retention_task {
         let _ = task.await;
     }

@@ -9,28 +9,48 @@
 //! ahead of it for a later redrive; a record redriven out of order (by
 //! --offset) may be redriven again by a later run, which the processed table
 //! makes harmless.
+//!
+//! A skeleton (a dead letter too large for the broker, sent without its
+//! value) is not the message, so it is never redriven: it is reported, and
+//! like a filtered record it holds the group's offset back. The whole record
+//! is still at its original position while the source topic keeps it.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::dlt_read::{self, ReadError, matches};
+use super::dlt_read::{self, Expired, From, ReadError, matches};
 use crate::config::RedriveArgs;
-use crate::dlt::{DltInfo, REDRIVEN_FROM, SourceRecord, is_dlt_header};
+use crate::consumer::{DltInfo, REDRIVEN_FROM, Record, message_headers};
 use crate::topics;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What a redrive did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a redrive did (or, in a dry run, would do).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RedriveSummary {
+    pub dry_run: bool,
+    /// Unredriven records in the DLT.
+    pub unredriven: usize,
     pub redriven: usize,
+    /// Left in the DLT by the filter.
     pub skipped: usize,
+    /// Skeletons the filter chose, left in the DLT: `(partition, offset)`.
+    pub skeletons: Vec<(i32, i64)>,
+    pub expired: Vec<Expired>,
+}
+
+/// One record redriven, or that a dry run would redrive.
+#[derive(Debug)]
+pub struct RedriveStep<'a> {
+    pub record: &'a Record,
+    pub info: DltInfo,
+    pub to_topic: &'a str,
+    pub to_partition: i32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,16 +89,13 @@ fn committed(consumer: &BaseConsumer, dlt: &str) -> Result<HashMap<i32, i64>, Re
         .collect())
 }
 
-fn headers_for_redrive(record: &SourceRecord, dlt: &str) -> OwnedHeaders {
+fn headers_for_redrive(record: &Record, dlt: &str) -> OwnedHeaders {
     let from = format!("{dlt}/{}/{}", record.partition, record.offset);
-    record
-        .headers
-        .iter()
-        .filter(|(name, _)| !is_dlt_header(name) && name != REDRIVEN_FROM)
-        .fold(OwnedHeaders::new(), |headers, (key, value)| {
+    message_headers(record)
+        .fold(OwnedHeaders::new(), |headers, header| {
             headers.insert(Header {
-                key,
-                value: value.as_deref(),
+                key: &header.name_text(),
+                value: header.value.as_deref(),
             })
         })
         .insert(Header {
@@ -87,44 +104,35 @@ fn headers_for_redrive(record: &SourceRecord, dlt: &str) -> OwnedHeaders {
         })
 }
 
+/// Republishes the unredriven DLT records that pass the filter; `step` is
+/// told of each one.
 pub async fn redrive(
     config: ClientConfig,
     dlt: String,
     args: RedriveArgs,
+    step: &mut (dyn FnMut(RedriveStep<'_>) + Send),
 ) -> Result<RedriveSummary, RedriveError> {
     let group = group_consumer(&config, &args.redrive_group)?;
-    let start = committed(&group, &dlt)?;
-    let read_config = config.clone();
-    let read_dlt = dlt.clone();
-    let records =
-        tokio::task::spawn_blocking(move || dlt_read::read(&read_config, &read_dlt, &start))
-            .await
-            .map_err(|_| ReadError::Stalled(Duration::ZERO))??;
-    let selected = records.iter().filter(|r| matches(&args.filter, r)).count();
-    eprintln!(
-        "{selected} of {} unredriven DLT record(s) selected{}",
-        records.len(),
-        if args.dry_run {
-            " (dry run: nothing is published)"
-        } else {
-            ""
-        }
-    );
+    let from = From {
+        offsets: committed(&group, &dlt)?,
+        only: args.filter.partition,
+    };
+    let read = dlt_read::read_off_runtime(config.clone(), dlt.clone(), from).await?;
     let producer: FutureProducer = config
         .clone()
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .create()?;
-    let progress = ProgressBar::new(u64::try_from(selected).unwrap_or(0));
-    progress.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} redriven, {per_sec}, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
     let pause = Duration::from_secs_f64(1.0 / f64::from(args.rate));
-    let mut summary = RedriveSummary::default();
+    let mut summary = RedriveSummary {
+        dry_run: args.dry_run,
+        unredriven: read.records.len(),
+        expired: read.expired,
+        ..RedriveSummary::default()
+    };
     // Per partition: may the group's offset still advance past what follows?
     let mut contiguous: HashMap<i32, bool> = HashMap::new();
-    for record in &records {
+    for record in &read.records {
         let advancing = contiguous.entry(record.partition).or_insert(true);
         if !matches(&args.filter, record) {
             *advancing = false;
@@ -132,6 +140,11 @@ pub async fn redrive(
             continue;
         }
         let info = DltInfo::of(record);
+        if info.skeleton {
+            *advancing = false;
+            summary.skeletons.push((record.partition, record.offset));
+            continue;
+        }
         let (Some(topic), Some(partition)) = (info.original_topic.clone(), info.original_partition)
         else {
             return Err(RedriveError::NoOrigin {
@@ -139,15 +152,7 @@ pub async fn redrive(
                 offset: record.offset,
             });
         };
-        if args.dry_run {
-            progress.println(format!(
-                "would redrive {dlt}/{}/{} (id {}, {}) to {topic}[{partition}]",
-                record.partition,
-                record.offset,
-                info.message_id.as_deref().unwrap_or("-"),
-                info.reason.as_deref().unwrap_or("-"),
-            ));
-        } else {
+        if !args.dry_run {
             let mut outgoing = FutureRecord::to(&topic)
                 .partition(partition)
                 .headers(headers_for_redrive(record, &dlt));
@@ -173,18 +178,12 @@ pub async fn redrive(
             tokio::time::sleep(pause).await;
         }
         summary.redriven += 1;
-        progress.inc(1);
+        step(RedriveStep {
+            record,
+            info,
+            to_topic: &topic,
+            to_partition: partition,
+        });
     }
-    progress.finish();
-    eprintln!(
-        "{} {} record(s); {} left in the DLT by the filter",
-        if args.dry_run {
-            "would redrive"
-        } else {
-            "redrove"
-        },
-        summary.redriven,
-        summary.skipped
-    );
     Ok(summary)
 }

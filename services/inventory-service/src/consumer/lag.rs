@@ -8,7 +8,7 @@ use rdkafka::Offset;
 use rdkafka::consumer::Consumer;
 use tokio_util::sync::CancellationToken;
 
-use super::KafkaConsumer;
+use super::poller::KafkaConsumer;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

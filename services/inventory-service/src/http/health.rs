@@ -25,17 +25,18 @@ pub(super) async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: the database answers and the DLQ circuit is closed.
+/// Readiness: the consumer is doing its job (DLQ circuit closed, database
+/// reachable, dead letters publishable, no partition worker lost in the last
+/// minute) and the database answers.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Consuming", body = Health),
-        (status = 503, description = "The database does not answer, or the DLQ circuit is open", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Not consuming, with every reason: the DLQ circuit is open, the database does not answer, dead letters cannot be published, or a partition worker died recently", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    if state.circuit.is_open() {
-        return Err(ApiError::Unavailable(
-            "the DLQ circuit is open: too many recent records went to the DLT".to_owned(),
-        ));
+    let problems = state.health.problems();
+    if !problems.is_empty() {
+        return Err(ApiError::Unavailable(problems.join("; ")));
     }
     let ping = sqlx::query("select 1").execute(&state.pool);
     match tokio::time::timeout(READINESS_TIMEOUT, ping).await {

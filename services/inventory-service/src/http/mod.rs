@@ -5,7 +5,6 @@ mod metrics; // /metrics and the service's metric names
 mod reservations; // GET /reservations/{orderId}
 mod stock; // PUT and GET /stock/{sku}
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -18,14 +17,15 @@ use utoipa_axum::routes;
 
 pub use metrics::recorder as metrics_recorder;
 
-use crate::circuit::Circuit;
+use crate::consumer::Health;
 
 /// What every handler may use.
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub pool: PgPool,
     pub metrics: PrometheusHandle,
-    pub circuit: Arc<Circuit>,
+    /// The consumer's health, for readiness.
+    pub health: Health,
 }
 
 #[derive(OpenApi)]

@@ -6,6 +6,7 @@ use service_support::http::{ApiError, FieldError, Problem, ValidJson};
 use utoipa::ToSchema;
 
 use super::AppState;
+use crate::event::{SKU_PATTERN, Sku};
 use crate::inventory::{self, Stock};
 
 /// The most units one sku may hold.
@@ -21,10 +22,10 @@ pub(super) struct SetStock {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct StockResponse {
-    #[schema(example = "ABC-1")]
+    #[schema(example = "ABC-1", pattern = "^[A-Z0-9-]{1,64}$")]
     sku: String,
-    available: i32,
-    reserved: i32,
+    available: i64,
+    reserved: i64,
 }
 
 impl From<Stock> for StockResponse {
@@ -37,22 +38,18 @@ impl From<Stock> for StockResponse {
     }
 }
 
-fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
-    let Path(sku) = path.map_err(|rejection| ApiError::InvalidPath {
+fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<Sku, ApiError> {
+    let Path(text) = path.map_err(|rejection| ApiError::InvalidPath {
         parameter: "sku",
         reason: rejection.body_text(),
     })?;
-    let valid = (1..=64).contains(&sku.len())
-        && sku
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-');
-    if !valid {
-        return Err(ApiError::InvalidPath {
-            parameter: "sku",
-            reason: format!("{sku:?} does not match [A-Z0-9-]{{1,64}}"),
-        });
-    }
-    Ok(sku)
+    Sku::parse(&text).ok_or_else(|| ApiError::InvalidPath {
+        parameter: "sku",
+        reason: format!(
+            "{} does not match {SKU_PATTERN}",
+            crate::consumer::quote(&text)
+        ),
+    })
 }
 
 /// Sets the units available for a sku (creating it), keeping what is reserved.
@@ -60,7 +57,7 @@ fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<String, Ap
     put,
     path = "/stock/{sku}",
     tag = "stock",
-    params(("sku" = String, Path, description = "[A-Z0-9-]{1,64}")),
+    params(("sku" = String, Path, description = "The sku", pattern = "^[A-Z0-9-]{1,64}$")),
     request_body(content = SetStock, content_type = "application/json"),
     responses(
         (status = 200, description = "The stock now", body = StockResponse),
@@ -77,15 +74,13 @@ pub(super) async fn put_stock(
     ValidJson(body): ValidJson<SetStock>,
 ) -> Result<Json<StockResponse>, ApiError> {
     let sku = sku_from_path(sku)?;
-    let available = i32::try_from(body.available)
-        .ok()
-        .filter(|available| (0..=MAX_AVAILABLE).contains(&i64::from(*available)))
-        .ok_or_else(|| {
-            ApiError::Validation(vec![FieldError::new(
-                "/available",
-                format!("must be between 0 and {MAX_AVAILABLE}"),
-            )])
-        })?;
+    if !(0..=MAX_AVAILABLE).contains(&body.available) {
+        return Err(ApiError::Validation(vec![FieldError::new(
+            "/available",
+            format!("must be between 0 and {MAX_AVAILABLE}"),
+        )]));
+    }
+    let available = body.available;
     let stock = inventory::set_available(&state.pool, &sku, available).await?;
     Ok(Json(stock.into()))
 }
@@ -95,7 +90,7 @@ pub(super) async fn put_stock(
     get,
     path = "/stock/{sku}",
     tag = "stock",
-    params(("sku" = String, Path, description = "[A-Z0-9-]{1,64}")),
+    params(("sku" = String, Path, description = "The sku", pattern = "^[A-Z0-9-]{1,64}$")),
     responses(
         (status = 200, description = "The stock", body = StockResponse),
         (status = 400, description = "Invalid sku", body = Problem, content_type = "application/problem+json"),

@@ -264,3 +264,42 @@ async fn a_dlt_with_fewer_partitions_than_its_source_is_refused() {
 
     assert_ne!(service.service.wait(Duration::from_secs(30)).await, Some(0));
 }
+
+/// Once the circuit is open, no offset may be stored past a record that was
+/// not finished: a restart must find the valid record the circuit stopped.
+#[tokio::test]
+async fn after_the_circuit_opens_a_restart_applies_the_valid_record_it_left_behind() {
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 10).await;
+    let one_at_a_time = ["--batch-size", "1"];
+    let service = test.start(&one_at_a_time, &[]).await;
+    let invalid = || {
+        let mut broken = Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]);
+        broken.value = Some("not json".to_owned());
+        broken.on_partition(0)
+    };
+    let valid = Uuid::now_v7();
+    let mut records: Vec<Outgoing> = (0..20).map(|_| invalid()).collect();
+    records.push(Outgoing::order(valid, &[("ABC-1", 1)]).on_partition(0));
+    records.push(invalid());
+    test.produce_all(&records).await;
+
+    eventually("readiness fails", Duration::from_secs(60), || async {
+        (service.ready_status().await == Some(503)).then_some(())
+    })
+    .await;
+    assert_eq!(test.reservation(valid).await, None, "consumption stopped");
+    assert_eq!(
+        service.service.terminate(Duration::from_secs(30)).await,
+        Some(0)
+    );
+    let restarted = test.start(&one_at_a_time, &[]).await;
+
+    assert_eq!(test.wait_for_reservation(valid).await.0, "RESERVED");
+    // The last invalid record is dead-lettered once, after the valid one.
+    let dead = test.dlt_records(21).await;
+    assert_eq!(dead.len(), 21);
+    assert_eq!(dead[20].header("id").as_deref(), records[21].message_id());
+    assert_eq!(test.stock("ABC-1").await, (9, 1));
+    restarted.service.terminate(Duration::from_secs(30)).await;
+}

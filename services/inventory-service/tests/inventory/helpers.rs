@@ -7,14 +7,16 @@ use serde_json::Value;
 use sqlx::PgPool;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
-use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic, unique_name};
+use test_support::kafka::{
+    Record, TopicReader, bootstrap_servers, create_topic, enqueue, unique_name,
+};
 use test_support::process::{Service, free_port};
 use uuid::Uuid;
 
 pub(crate) const SERVICE: &str = env!("CARGO_BIN_EXE_inventory-service");
 pub(crate) const PARTITIONS: i32 = 6;
 
-fn inventory_server() -> String {
+pub(crate) fn inventory_server() -> String {
     std::env::var("INVENTORY_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inventory".to_owned())
 }
@@ -85,9 +87,14 @@ impl InventoryTest {
     }
 
     pub(crate) async fn with_dlt_partitions(dlt_partitions: i32) -> Self {
-        let bootstrap = bootstrap_servers();
+        Self::on(bootstrap_servers(), &inventory_server(), dlt_partitions).await
+    }
+
+    /// A test on a broker and a PostgreSQL server of its choosing (private
+    /// ones, for fault tests).
+    pub(crate) async fn on(bootstrap: String, database_server: &str, dlt_partitions: i32) -> Self {
         let (database, pool) = TestDatabase::create_migrated(
-            &inventory_server(),
+            database_server,
             "inventory_test",
             &sqlx::migrate!("../../migrations/inventory"),
             4,
@@ -101,6 +108,8 @@ impl InventoryTest {
             .set("bootstrap.servers", &bootstrap)
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random")
+            // Tests send records near and over the services' size limits.
+            .set("message.max.bytes", "10000000")
             .create()
             .unwrap();
         Self {
@@ -124,15 +133,15 @@ impl InventoryTest {
     }
 
     /// (available, reserved) of a sku.
-    pub(crate) async fn stock(&self, sku: &str) -> (i32, i32) {
-        sqlx::query_as("select available, reserved from stock where sku = $1")
+    pub(crate) async fn stock(&self, sku: &str) -> (i64, i64) {
+        sqlx::query_as("select available::int8, reserved::int8 from stock where sku = $1")
             .bind(sku)
             .fetch_one(&self.pool)
             .await
             .unwrap()
     }
 
-    pub(crate) async fn produce(&self, record: &Outgoing) -> (i32, i64) {
+    fn future_record<'a>(&'a self, record: &'a Outgoing) -> FutureRecord<'a, str, str> {
         let headers = record
             .headers
             .iter()
@@ -152,13 +161,29 @@ impl InventoryTest {
         if let Some(partition) = record.partition {
             outgoing = outgoing.partition(partition);
         }
+        outgoing
+    }
+
+    pub(crate) async fn produce(&self, record: &Outgoing) -> (i32, i64) {
         let delivery = self
             .producer
-            .send(outgoing, Duration::from_secs(30))
+            .send(self.future_record(record), Duration::from_secs(30))
             .await
             .map_err(|(e, _)| e)
             .unwrap();
         (delivery.partition, delivery.offset)
+    }
+
+    /// Produces many records at once, in order, and waits for every
+    /// acknowledgement.
+    pub(crate) async fn produce_all(&self, records: &[Outgoing]) {
+        let mut deliveries = Vec::with_capacity(records.len());
+        for record in records {
+            deliveries.push(enqueue(&self.producer, self.future_record(record)).await);
+        }
+        for delivery in deliveries {
+            delivery.await.unwrap().map_err(|(e, _)| e).unwrap();
+        }
     }
 
     /// The service's arguments for this test's database, topics and group.
@@ -208,6 +233,12 @@ impl InventoryTest {
 
     /// Runs a tool subcommand to completion; returns (exit code, stdout).
     pub(crate) async fn tool(&self, subcommand: &[&str]) -> (Option<i32>, String) {
+        let output = self.tool_output(subcommand).await;
+        (output.code, output.stdout)
+    }
+
+    /// Runs a tool subcommand to completion.
+    pub(crate) async fn tool_output(&self, subcommand: &[&str]) -> ToolOutput {
         let mut args: Vec<String> = self.args(0);
         args.extend(subcommand.iter().map(|s| (*s).to_owned()));
         let output = tokio::process::Command::new(SERVICE)
@@ -216,13 +247,15 @@ impl InventoryTest {
             .output()
             .await
             .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if std::env::var_os("TEST_LOG").is_some() {
-            eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+            eprintln!("{stderr}");
         }
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-        )
+        ToolOutput {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr,
+        }
     }
 
     pub(crate) async fn reservation(&self, order_id: Uuid) -> Option<(String, Option<String>)> {
@@ -255,6 +288,14 @@ impl InventoryTest {
             .read_at_least(count, Duration::from_secs(60))
             .await
     }
+}
+
+/// What a tool printed, and how it ended.
+#[derive(Debug)]
+pub(crate) struct ToolOutput {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// A running service and its HTTP address.

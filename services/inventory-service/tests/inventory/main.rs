@@ -7,7 +7,13 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod blame;
 mod consuming;
 mod dead_letters;
 mod helpers;
+mod hostile;
+mod in_process;
+mod outages;
+mod rebalancing;
 mod tools;
+mod worker_death;

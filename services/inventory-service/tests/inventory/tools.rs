@@ -1,9 +1,11 @@
 use std::time::Duration;
 
+use test_support::broker::PrivateBroker;
 use test_support::eventually::eventually;
+use test_support::kafka::TopicReader;
 use uuid::Uuid;
 
-use crate::helpers::{InventoryTest, Outgoing};
+use crate::helpers::{InventoryTest, Outgoing, PARTITIONS, inventory_server};
 
 #[tokio::test]
 async fn dlt_list_and_show_describe_the_dead_letters() {
@@ -151,4 +153,72 @@ async fn retention_refuses_an_unsafe_window_and_deletes_old_rows_in_batches() {
         .tool(&["retention", "--retention", "1h", "--force-retention"])
         .await;
     assert_eq!(code, Some(0));
+}
+
+/// Retention deleted the first DLT record of a partition: the tools start
+/// at the low watermark, show and redrive what is left, and say what expired.
+#[tokio::test]
+async fn dlt_tools_start_at_the_low_watermark_and_report_expired_records() {
+    let broker = PrivateBroker::start().await;
+    let test = InventoryTest::on(broker.address.clone(), &inventory_server(), PARTITIONS).await;
+    let service = test.start(&[], &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut broken = Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]);
+        broken.value = Some("{oops".to_owned());
+        ids.push(broken.message_id().unwrap().to_owned());
+        test.produce(&broken.on_partition(0)).await;
+    }
+    test.dlt_records(3).await;
+    service.service.terminate(Duration::from_secs(30)).await;
+
+    broker.expire_records_before(&test.dlt, 0, 1).await;
+
+    let listed = test.tool_output(&["dlt", "list"]).await;
+    assert_eq!(listed.code, Some(0), "{listed:?}");
+    assert!(!listed.stdout.contains(&ids[0]), "{listed:?}");
+    assert!(
+        listed.stdout.contains(&ids[1]) && listed.stdout.contains(&ids[2]),
+        "{listed:?}"
+    );
+    assert!(
+        listed
+            .stderr
+            .contains("partition 0: 1 record(s) before offset 1 expired"),
+        "{listed:?}"
+    );
+    let dry = test.tool_output(&["dlt", "redrive", "--dry-run"]).await;
+    assert_eq!(dry.code, Some(0), "{dry:?}");
+    assert_eq!(dry.stdout.matches("would redrive").count(), 2, "{dry:?}");
+    assert!(
+        dry.stderr
+            .contains("partition 0: 1 record(s) before offset 1 expired"),
+        "{dry:?}"
+    );
+    let redrive = test.tool_output(&["dlt", "redrive", "--rate", "100"]).await;
+    assert_eq!(redrive.code, Some(0), "{redrive:?}");
+    assert!(
+        redrive.stderr.contains("redrove 2 record(s)"),
+        "{redrive:?}"
+    );
+    assert!(
+        redrive
+            .stderr
+            .contains("partition 0: 1 record(s) before offset 1 expired"),
+        "{redrive:?}"
+    );
+    let redriven = test
+        .dlt_reader()
+        .read_available(Duration::from_secs(1))
+        .await;
+    assert_eq!(redriven.len(), 2, "the DLT itself is unchanged");
+    let topic = TopicReader::new(&test.bootstrap, &test.topic)
+        .read_at_least(5, Duration::from_secs(30))
+        .await;
+    let copies: Vec<Option<String>> = topic
+        .iter()
+        .filter(|r| r.header("dlt-redriven-from").is_some())
+        .map(|r| r.header("id"))
+        .collect();
+    assert_eq!(copies, [Some(ids[1].clone()), Some(ids[2].clone())]);
 }

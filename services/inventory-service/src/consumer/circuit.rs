@@ -1,6 +1,11 @@
 //! The dead-letter circuit: when too many recent records go to the DLT, the
 //! consumer stops instead of dumping a bad deploy (or a bad producer) into
 //! the DLT. It stays open until the service restarts, after someone looked.
+//!
+//! Opening it cancels every partition's token: each worker finishes the
+//! attempt it is in and stops, and no offset is stored past a record that
+//! was not finished, on any partition; a restart resumes at the first of
+//! them (docs/inventory-service.md).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

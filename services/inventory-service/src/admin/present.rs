@@ -1,0 +1,160 @@
+//! The tools' output, and the only place in the crate that prints: records
+//! and results to stdout (so they can be piped), notes and summaries to
+//! stderr. A closed stdout (`dlt list | head`) ends the listing quietly.
+
+use std::io::Write;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use time::format_description::well_known::Rfc3339;
+
+use super::dlt_read::{DltRead, Expired, dead_lettered_at};
+use super::redrive::{RedriveStep, RedriveSummary};
+use crate::consumer::{DltInfo, Record, decode_header};
+
+/// Prints a line; false once stdout is gone.
+fn out(line: std::fmt::Arguments<'_>) -> bool {
+    writeln!(std::io::stdout().lock(), "{line}").is_ok()
+}
+
+fn note(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+fn text(bytes: Option<&[u8]>) -> String {
+    bytes.map_or_else(
+        || "(null)".to_owned(),
+        |b| String::from_utf8_lossy(b).into_owned(),
+    )
+}
+
+fn at(record: &Record) -> String {
+    dead_lettered_at(record)
+        .and_then(|at| at.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+/// Retention deleted records a tool wanted: say so, per partition.
+pub fn expired(expired: &[Expired]) {
+    for gone in expired {
+        note(format_args!(
+            "partition {}: {} record(s) before offset {} expired (deleted by retention before this read)",
+            gone.partition,
+            gone.count(),
+            gone.low_watermark
+        ));
+    }
+}
+
+/// `dlt list`: one line per record.
+pub fn listing(read: &DltRead) {
+    expired(&read.expired);
+    if !out(format_args!(
+        "{:>9} {:>8}  {:<38} {:<38} {:<20} {:>8}  DEAD-LETTERED AT",
+        "PARTITION", "OFFSET", "KEY", "ID", "REASON", "ATTEMPTS"
+    )) {
+        return;
+    }
+    for record in &read.records {
+        let info = DltInfo::of(record);
+        if !out(format_args!(
+            "{:>9} {:>8}  {:<38} {:<38} {:<20} {:>8}  {}",
+            record.partition,
+            record.offset,
+            text(record.key.as_deref()),
+            info.message_id.as_deref().unwrap_or("-"),
+            info.reason.as_deref().unwrap_or("-"),
+            info.attempts
+                .map_or_else(|| "-".to_owned(), |a| a.to_string()),
+            at(record),
+        )) {
+            return;
+        }
+    }
+    note(format_args!("{} record(s)", read.records.len()));
+}
+
+/// `dlt show`: one record, every header decoded; false if it is not there.
+pub fn shown(read: &DltRead, partition: i32, offset: i64) -> bool {
+    expired(&read.expired);
+    let Some(record) = read.records.first() else {
+        note(format_args!(
+            "no DLT record at partition {partition}, offset {offset}"
+        ));
+        return false;
+    };
+    let mut lines = vec![
+        format!("partition: {}", record.partition),
+        format!("offset:    {}", record.offset),
+        format!("time:      {}", at(record)),
+        format!("key:       {}", text(record.key.as_deref())),
+        format!("value:     {}", text(record.value.as_deref())),
+        "headers:".to_owned(),
+    ];
+    for header in &record.headers {
+        let name = header.name_text();
+        lines.push(format!(
+            "  {name}: {}",
+            decode_header(&name, header.value.as_deref())
+        ));
+    }
+    for line in lines {
+        if !out(format_args!("{line}")) {
+            break;
+        }
+    }
+    true
+}
+
+/// The progress of a redrive: one line per record on stdout (what a dry
+/// run is for), and a counter on stderr when it is a terminal.
+pub fn redrive_progress(dry_run: bool) -> impl FnMut(RedriveStep<'_>) + Send {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {pos} redriven, {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    move |step: RedriveStep<'_>| {
+        bar.suspend(|| {
+            out(format_args!(
+                "{} {}/{}/{} (id {}, {}) to {}[{}]",
+                if dry_run { "would redrive" } else { "redrove" },
+                step.record.topic,
+                step.record.partition,
+                step.record.offset,
+                step.info.message_id.as_deref().unwrap_or("-"),
+                step.info.reason.as_deref().unwrap_or("-"),
+                step.to_topic,
+                step.to_partition,
+            ))
+        });
+        bar.inc(1);
+    }
+}
+
+/// What a redrive did.
+pub fn redrive_summary(summary: &RedriveSummary) {
+    expired(&summary.expired);
+    note(format_args!(
+        "{} {} record(s); {} of {} unredriven record(s) left in the DLT by the filter",
+        if summary.dry_run {
+            "would redrive"
+        } else {
+            "redrove"
+        },
+        summary.redriven,
+        summary.skipped,
+        summary.unredriven
+    ));
+    for (partition, offset) in &summary.skeletons {
+        note(format_args!(
+            "partition {partition} offset {offset}: a skeleton (sent without its value: too large for the broker), not redriven; `dlt show` says where the whole record is"
+        ));
+    }
+}
+
+/// What retention did.
+pub fn retention(deleted: u64) {
+    out(format_args!(
+        "deleted {deleted} mensagem_processada row(s) older than the retention"
+    ));
+}
