@@ -135,10 +135,13 @@ impl Application {
             self.serve.circuit_max_dlt_share,
             self.serve.circuit_min_records as usize,
         );
+        // The recorder first: the consumer's parts set their gauges as they
+        // are made.
+        let metrics = http::metrics_recorder();
         let health = Health::new(circuit, Database::new(self.pool.clone()));
         let state = AppState {
             pool: self.pool.clone(),
-            metrics: http::metrics_recorder(),
+            metrics,
             health: health.clone(),
         };
         tracing::info!(addr = %self.local_addr(), "inventory API listening");

@@ -104,7 +104,7 @@ pub async fn check(pipeline: &Pipeline, placed: &[Placed], injected: &[Placed]) 
             }
         }
     }
-    let stock: Vec<(String, i32, i32)> =
+    let stock: Vec<(String, i64, i64)> =
         sqlx::query_as("select sku, available, reserved from stock")
             .fetch_all(&pipeline.inventory)
             .await
@@ -114,9 +114,7 @@ pub async fn check(pipeline: &Pipeline, placed: &[Placed], injected: &[Placed]) 
         .filter(|(sku, available, reserved)| {
             let initial = i64::from(pipeline.initial_stock.get(sku).copied().unwrap_or(0));
             let expected = expected_reserved.get(sku).copied().unwrap_or(0);
-            i64::from(*reserved) != expected
-                || initial - i64::from(*available) != expected
-                || *available < 0
+            *reserved != expected || initial - *available != expected || *available < 0
         })
         .count();
     // Processed rows: one per distinct message that had an effect.

@@ -42,7 +42,7 @@ async fn orders_that_exceed_stock_are_rejected_and_stock_never_goes_negative() {
     let outcome = check(&pipeline, &placed, &[]).await;
     report("orders_exceeding_stock", &outcome);
     assert_sound(&outcome);
-    let (available, reserved): (i32, i32) =
+    let (available, reserved): (i64, i64) =
         sqlx::query_as("select available, reserved from stock where sku = 'LOW-1'")
             .fetch_one(&pipeline.inventory)
             .await
