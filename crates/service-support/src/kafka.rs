@@ -1,40 +1,153 @@
 //! librdkafka client settings: the bootstrap servers, the service's own
-//! settings, and any `KAFKA_*` environment variable passed through, so that
+//! settings, and `KAFKA_*` environment variables passed through, so that
 //! SASL/TLS and tuning need no code (`KAFKA_SECURITY_PROTOCOL=SASL_SSL` sets
 //! `security.protocol`).
+//!
+//! The pass-through is predictable and cannot weaken a guarantee:
+//! - Kubernetes service variables (`KAFKA_PORT=tcp://…`,
+//!   `KAFKA_SERVICE_HOST`, `KAFKA_PORT_9092_TCP_ADDR`…, injected for any
+//!   Service named `kafka`) are not client properties and are ignored;
+//! - every other variable must name a librdkafka property with a valid
+//!   value, or the service does not start, naming the variable;
+//! - the properties the delivery guarantees depend on ([`PROTECTED`]) are the
+//!   services' own: a variable that would set one stops the service.
 
 use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
 
 /// Variables that are entrega's own settings, not librdkafka properties.
-const NOT_PASSED_THROUGH: &[&str] = &["KAFKA_BOOTSTRAP_SERVERS"];
+const OWN_VARIABLES: &[&str] = &["KAFKA_BOOTSTRAP_SERVERS"];
 
-/// librdkafka properties from `KAFKA_*` variables: `KAFKA_SASL_MECHANISMS`
-/// becomes `sasl.mechanisms`.
-pub fn passthrough_from(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
-    let mut properties: Vec<(String, String)> = vars
-        .into_iter()
-        .filter(|(name, _)| !NOT_PASSED_THROUGH.contains(&name.as_str()))
-        .filter_map(|(name, value)| {
-            let property = name.strip_prefix("KAFKA_")?;
-            (!property.is_empty()).then(|| (property.to_ascii_lowercase().replace('_', "."), value))
-        })
-        .collect();
-    properties.sort();
-    properties
+/// librdkafka properties that exactly-once effects rest on: idempotent,
+/// fully acknowledged sends in key order; offsets stored only after the
+/// work is done; a new group starting from the beginning; the group and
+/// brokers the services are configured with. Aliases included.
+pub const PROTECTED: &[&str] = &[
+    "acks",
+    "request.required.acks",
+    "enable.idempotence",
+    "enable.gapless.guarantee",
+    "transactional.id",
+    "partitioner",
+    "queuing.strategy",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "isolation.level",
+    "group.id",
+    "bootstrap.servers",
+    "metadata.broker.list",
+];
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PassthroughError {
+    #[error(
+        "{variable} would set the librdkafka property {property}, which the delivery guarantees depend on: it cannot be overridden (unset {variable})"
+    )]
+    Protected { variable: String, property: String },
+    #[error("{variable} would set the librdkafka property {property}: {reason}")]
+    Invalid {
+        variable: String,
+        property: String,
+        reason: String,
+    },
+}
+
+/// The environment's `KAFKA_*` variables, sorted out.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Passthrough {
+    /// librdkafka properties, `(property, value)`, sorted.
+    pub properties: Vec<(String, String)>,
+    /// Variables ignored as Kubernetes service variables.
+    pub ignored: Vec<String>,
+}
+
+/// A Kubernetes service-link variable: `<SVC>_SERVICE_HOST`,
+/// `<SVC>_SERVICE_PORT[_<NAME>]`, `<SVC>_PORT`, or
+/// `<SVC>_PORT_<N>_<TCP|UDP|SCTP>[_PROTO|_PORT|_ADDR]`. No librdkafka property
+/// has such a shape.
+fn is_kubernetes_service_variable(name: &str) -> bool {
+    if name.ends_with("_SERVICE_HOST")
+        || name.ends_with("_SERVICE_PORT")
+        || name.contains("_SERVICE_PORT_")
+        || name.ends_with("_PORT")
+    {
+        return true;
+    }
+    let parts: Vec<&str> = name.split('_').collect();
+    parts.windows(3).any(|w| {
+        w[0] == "PORT"
+            && !w[1].is_empty()
+            && w[1].bytes().all(|b| b.is_ascii_digit())
+            && matches!(w[2], "TCP" | "UDP" | "SCTP")
+    })
+}
+
+/// Sorts `KAFKA_*` variables into librdkafka properties (`KAFKA_SASL_MECHANISMS`
+/// becomes `sasl.mechanisms`) and ignored Kubernetes variables; refuses a
+/// protected property, an unknown one or an invalid value.
+pub fn passthrough_from(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<Passthrough, PassthroughError> {
+    let mut passthrough = Passthrough::default();
+    for (variable, value) in vars {
+        let Some(suffix) = variable.strip_prefix("KAFKA_") else {
+            continue;
+        };
+        if suffix.is_empty() || OWN_VARIABLES.contains(&variable.as_str()) {
+            continue;
+        }
+        if is_kubernetes_service_variable(&variable) {
+            passthrough.ignored.push(variable);
+            continue;
+        }
+        let property = suffix.to_ascii_lowercase().replace('_', ".");
+        if PROTECTED.contains(&property.as_str()) {
+            return Err(PassthroughError::Protected { variable, property });
+        }
+        // librdkafka itself says whether it knows the property and takes the
+        // value; no client is made.
+        if let Err(error) = ClientConfig::new()
+            .set(&property, &value)
+            .create_native_config()
+        {
+            let reason = match error {
+                KafkaError::ClientConfig(_, description, _, _) => description,
+                other => other.to_string(),
+            };
+            return Err(PassthroughError::Invalid {
+                variable,
+                property,
+                reason,
+            });
+        }
+        passthrough.properties.push((property, value));
+    }
+    passthrough.properties.sort();
+    passthrough.ignored.sort();
+    Ok(passthrough)
 }
 
 /// A client configuration: bootstrap servers, then the caller's settings,
-/// then the environment's `KAFKA_*` overrides (the operator has the last word).
-pub fn client_config(bootstrap_servers: &str, settings: &[(&str, &str)]) -> ClientConfig {
+/// then the environment's `KAFKA_*` properties (the operator tunes what is
+/// not protected).
+pub fn client_config(
+    bootstrap_servers: &str,
+    settings: &[(&str, &str)],
+) -> Result<ClientConfig, PassthroughError> {
+    let passthrough = passthrough_from(std::env::vars())?;
+    if !passthrough.ignored.is_empty() {
+        tracing::debug!(ignored = ?passthrough.ignored, "KAFKA_* Kubernetes service variables are not client properties");
+    }
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap_servers);
     for (key, value) in settings {
         config.set(*key, *value);
     }
-    for (key, value) in passthrough_from(std::env::vars()) {
+    for (key, value) in passthrough.properties {
         config.set(key, value);
     }
-    config
+    Ok(config)
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -61,19 +174,73 @@ mod tests {
 
     #[test]
     fn kafka_variables_become_librdkafka_properties() {
-        let properties = passthrough_from(vars(&[
-            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+        let passthrough = passthrough_from(vars(&[
+            ("KAFKA_FETCH_WAIT_MAX_MS", "20"),
             ("KAFKA_SASL_MECHANISMS", "PLAIN"),
             ("KAFKA_BOOTSTRAP_SERVERS", "b:9092"),
             ("KAFKA_", "x"),
             ("PATH", "/bin"),
-        ]));
+        ]))
+        .unwrap();
         assert_eq!(
-            properties,
-            vars(&[
-                ("sasl.mechanisms", "PLAIN"),
-                ("security.protocol", "SASL_SSL")
-            ])
+            passthrough.properties,
+            vars(&[("fetch.wait.max.ms", "20"), ("sasl.mechanisms", "PLAIN")])
+        );
+    }
+
+    #[test]
+    fn kubernetes_service_variables_are_ignored() {
+        let injected = [
+            ("KAFKA_PORT", "tcp://10.0.0.7:9092"),
+            ("KAFKA_SERVICE_HOST", "10.0.0.7"),
+            ("KAFKA_SERVICE_PORT", "9092"),
+            ("KAFKA_SERVICE_PORT_BROKER", "9092"),
+            ("KAFKA_PORT_9092_TCP", "tcp://10.0.0.7:9092"),
+            ("KAFKA_PORT_9092_TCP_PROTO", "tcp"),
+            ("KAFKA_PORT_9092_TCP_PORT", "9092"),
+            ("KAFKA_PORT_9092_TCP_ADDR", "10.0.0.7"),
+            ("KAFKA_UI_SERVICE_HOST", "10.0.0.8"),
+            ("KAFKA_UI_PORT_8080_TCP_ADDR", "10.0.0.8"),
+        ];
+        let passthrough = passthrough_from(vars(&injected)).unwrap();
+        assert!(passthrough.properties.is_empty(), "{passthrough:?}");
+        assert_eq!(passthrough.ignored.len(), injected.len());
+    }
+
+    #[test]
+    fn a_protected_property_is_refused_naming_the_variable() {
+        for (variable, property) in [
+            ("KAFKA_ENABLE_AUTO_OFFSET_STORE", "enable.auto.offset.store"),
+            ("KAFKA_ACKS", "acks"),
+            ("KAFKA_REQUEST_REQUIRED_ACKS", "request.required.acks"),
+            ("KAFKA_ENABLE_IDEMPOTENCE", "enable.idempotence"),
+            ("KAFKA_ISOLATION_LEVEL", "isolation.level"),
+        ] {
+            let refused = passthrough_from(vars(&[(variable, "1")])).unwrap_err();
+            assert_eq!(
+                refused,
+                PassthroughError::Protected {
+                    variable: variable.to_owned(),
+                    property: property.to_owned()
+                }
+            );
+            assert!(refused.to_string().contains(&format!("unset {variable}")));
+        }
+    }
+
+    #[test]
+    fn an_unknown_property_or_a_bad_value_is_refused_naming_the_variable() {
+        let unknown = passthrough_from(vars(&[("KAFKA_NO_SUCH_THING", "1")])).unwrap_err();
+        assert!(
+            matches!(&unknown, PassthroughError::Invalid { variable, property, .. }
+                if variable == "KAFKA_NO_SUCH_THING" && property == "no.such.thing"),
+            "{unknown}"
+        );
+        let bad = passthrough_from(vars(&[("KAFKA_LINGER_MS", "soon")])).unwrap_err();
+        assert!(
+            bad.to_string()
+                .starts_with("KAFKA_LINGER_MS would set the librdkafka property linger.ms"),
+            "{bad}"
         );
     }
 

@@ -10,7 +10,7 @@ use service_support::{shutdown, telemetry};
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.common.log_format, "info,sqlx=warn,rdkafka=warn");
-    let kafka = startup::kafka_config(&cli.common, &[]);
+    let kafka = startup::kafka_config(&cli.common, &[])?;
     let dlt = cli.common.dlt_topic.clone();
     match cli.command {
         None | Some(Command::Serve) => {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;
+use service_support::kafka::PassthroughError;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
@@ -40,6 +41,8 @@ pub enum StartupError {
     },
     #[error("invalid Kafka client configuration")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Passthrough(#[from] PassthroughError),
     #[error("the consumer failed")]
     Consumer(#[from] ConsumerError),
     #[error("the topics are not usable")]
@@ -74,8 +77,12 @@ pub async fn connect(
         })
 }
 
-/// The Kafka client settings every command starts from.
-pub fn kafka_config(common: &Common, settings: &[(&str, String)]) -> ClientConfig {
+/// The Kafka client settings every command starts from; refused when a
+/// `KAFKA_*` variable is not a valid, unprotected librdkafka property.
+pub fn kafka_config(
+    common: &Common,
+    settings: &[(&str, String)],
+) -> Result<ClientConfig, PassthroughError> {
     let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     service_support::kafka::client_config(&common.bootstrap_servers, &settings)
 }
@@ -174,7 +181,7 @@ async fn consume(
     health: Health,
     token: &CancellationToken,
 ) -> Result<(), StartupError> {
-    let base = kafka_config(common, &[]);
+    let base = kafka_config(common, &[])?;
     if !wait_for_topics(&base, common, token).await? {
         return Ok(());
     }
@@ -189,7 +196,8 @@ async fn consume(
             token.clone(),
         ))
     });
-    let producer: FutureProducer = kafka_config(common, &consumer::producer_settings()).create()?;
+    let producer: FutureProducer =
+        kafka_config(common, &consumer::producer_settings())?.create()?;
     let pipeline = Pipeline {
         handler: Reserving,
         database: Arc::clone(health.database()),
@@ -213,7 +221,7 @@ async fn consume(
     let consumer_config = kafka_config(
         common,
         &consumer::consumer_settings(&common.group, CONSUMER_NAME, serve.session_timeout),
-    );
+    )?;
     consumer::run(settings, consumer_config, pipeline, token.clone()).await?;
     if let Some(task) = retention_task {
         let _ = task.await;

@@ -45,6 +45,8 @@ pub enum StartupError {
     },
     #[error("invalid Kafka producer configuration")]
     Producer(#[from] publisher::ProducerError),
+    #[error(transparent)]
+    Passthrough(#[from] service_support::kafka::PassthroughError),
     #[error("the target topics are not as configured")]
     Topics(#[from] TopicError),
 }
@@ -61,6 +63,12 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         config.validate().map_err(StartupError::Config)?;
+        let producer_settings = publisher::producer_settings(config.delivery_timeout);
+        let settings: Vec<(&str, &str)> = producer_settings
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        let kafka = service_support::kafka::client_config(&config.bootstrap_servers, &settings)?;
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(10))
@@ -79,12 +87,6 @@ impl Application {
                 addr: config.http_addr,
                 source,
             })?;
-        let producer_settings = publisher::producer_settings(config.delivery_timeout);
-        let settings: Vec<(&str, &str)> = producer_settings
-            .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect();
-        let kafka = service_support::kafka::client_config(&config.bootstrap_servers, &settings);
         let publisher = Publisher::new(kafka.clone())?;
         Ok(Self {
             config,

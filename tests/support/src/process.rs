@@ -80,9 +80,15 @@ impl Service {
     }
 
     /// Waits for the process to exit by itself; returns its exit code.
-    pub async fn wait(mut self, deadline: Duration) -> Option<i32> {
+    pub async fn wait(self, deadline: Duration) -> Option<i32> {
+        self.exit(deadline).await.0
+    }
+
+    /// Waits for the process to exit by itself; returns its exit code and
+    /// everything it wrote.
+    pub async fn exit(mut self, deadline: Duration) -> (Option<i32>, String) {
         match tokio::time::timeout(deadline, self.child.wait()).await {
-            Ok(Ok(status)) => status.code(),
+            Ok(Ok(status)) => (status.code(), self.log()),
             _ => panic!("{} did not exit within {deadline:?}", self.name),
         }
     }

@@ -10,6 +10,7 @@ mod api;
 mod blame;
 mod consuming;
 mod dead_letters;
+mod environment;
 mod helpers;
 mod hostile;
 mod in_process;

@@ -116,6 +116,15 @@ impl RelayTest {
 
     /// Starts the relay binary on this test's database and topic.
     pub(crate) fn start_relay(&self, extra: &[&str]) -> RelayProcess {
+        self.start_relay_with_env(extra, &[])
+    }
+
+    /// The same, with `envs` added to its environment.
+    pub(crate) fn start_relay_with_env(
+        &self,
+        extra: &[&str],
+        envs: &[(&str, String)],
+    ) -> RelayProcess {
         let port = free_port();
         let mut args: Vec<String> = [
             "--database-url",
@@ -139,7 +148,7 @@ impl RelayTest {
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         RelayProcess {
-            service: Service::start("outbox-relay", RELAY, &args, &[]),
+            service: Service::start("outbox-relay", RELAY, &args, envs),
             http: format!("http://127.0.0.1:{port}"),
         }
     }

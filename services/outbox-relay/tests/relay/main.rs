@@ -7,6 +7,7 @@
 
 mod contract;
 mod crashes;
+mod environment;
 mod failures;
 mod helpers;
 mod publishing;
