@@ -21,6 +21,10 @@ pub fn recorder() -> PrometheusHandle {
             "outbox_parked_rows",
             "Outbox rows parked after repeated failures"
         );
+        metrics::describe_gauge!(
+            "outbox_held_rows",
+            "Outbox rows waiting behind a parked row of their aggregate (per-aggregate order)"
+        );
         metrics::describe_counter!(
             "outbox_published_total",
             "Outbox rows published and acknowledged by the broker"

@@ -20,10 +20,12 @@ use crate::record::OutboxRow;
 pub enum Outcome {
     /// The broker acknowledged it.
     Published,
-    /// It failed because of itself (too large, no valid topic): it will fail
-    /// again, so it counts toward parking.
+    /// It failed because of itself (too large, an invalid topic name): it
+    /// will fail again, so it counts toward parking.
     Poison(String),
-    /// It failed for reasons outside the row (broker unavailable, timeout).
+    /// It failed for reasons outside the row: broker unavailable, timeout,
+    /// a topic that does not exist or may not be written to (someone must
+    /// fix the broker, not the row; it goes once they have).
     Transient(String),
 }
 
@@ -33,15 +35,8 @@ fn classify(error: &KafkaError) -> Outcome {
     let message = error.to_string();
     match error.rdkafka_error_code() {
         Some(
-            MessageSizeTooLarge
-            | InvalidMessageSize
-            | InvalidMessage
-            | InvalidRecord
-            | MessageBatchTooLarge
-            | InvalidTopic
-            | UnknownTopic
-            | UnknownTopicOrPartition
-            | TopicAuthorizationFailed,
+            MessageSizeTooLarge | InvalidMessageSize | InvalidMessage | InvalidRecord
+            | MessageBatchTooLarge | InvalidTopic,
         ) => Outcome::Poison(message),
         _ => Outcome::Transient(message),
     }
@@ -206,7 +201,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn size_and_topic_errors_are_the_rows_fault_the_rest_is_not() {
+    fn only_size_and_record_errors_are_the_rows_fault() {
         let poison = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         assert!(matches!(classify(&poison), Outcome::Poison(_)));
         for transient in [
@@ -214,6 +209,10 @@ mod tests {
             RDKafkaErrorCode::AllBrokersDown,
             RDKafkaErrorCode::NotEnoughReplicas,
             RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::UnknownTopic,
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
         ] {
             let error = KafkaError::MessageProduction(transient);
             assert!(

@@ -1,5 +1,6 @@
-//! The relay loop: lead (or wait to), read the oldest pending rows, publish
-//! them, record the outcome, repeat.
+//! The relay loop: lead (or wait to), read the oldest rows that may be sent
+//! (at most one per aggregate, see store.rs), publish them, record the
+//! outcome, repeat.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +44,8 @@ pub enum BatchOutcome {
     Published(usize),
     /// Nothing to publish: sleep a little longer each time, up to the interval.
     Empty,
-    /// Some rows failed for reasons outside them: back off before retrying.
+    /// Rows were read and none was published: back off before reading again
+    /// (the broker is likely down).
     Failed,
 }
 
@@ -193,15 +195,18 @@ async fn publish_batch(
         let parked = store::record_poison(&mut leader.conn, &poison, settings.max_attempts).await?;
         for id in &parked {
             tracing::error!(outbox.id = %id, max_attempts = settings.max_attempts,
-                "row parked after repeated failures; see docs/relay.md to un-park it");
+                "row parked after repeated failures; the later rows of its aggregate wait until it is un-parked (docs/relay.md)");
         }
         metrics::counter!("outbox_parked_total").increment(parked.len() as u64);
     }
     if !transient.is_empty() {
         metrics::counter!("relay_publish_failures_total", "kind" => "transient")
             .increment(transient.len() as u64);
-        tracing::warn!(rows = transient.len(), error.message = %transient[0].1, "broker did not take the rows; backing off");
-        store::record_transient(&mut leader.conn, &transient).await?;
+        tracing::warn!(rows = transient.len(), error.message = %transient[0].1,
+            "the broker did not take the rows; they step aside and are retried with a backoff");
+        store::record_transient(&mut leader.conn, &transient, settings.max_backoff).await?;
+    }
+    if published.is_empty() {
         return Ok(BatchOutcome::Failed);
     }
     Ok(BatchOutcome::Published(published.len()))

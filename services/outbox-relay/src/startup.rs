@@ -215,6 +215,7 @@ async fn sample_backlog(pool: PgPool, token: CancellationToken) {
                 metrics::gauge!("outbox_oldest_pending_age_seconds")
                     .set(backlog.oldest_pending_age.as_secs_f64());
                 metrics::gauge!("outbox_parked_rows").set(backlog.parked as f64);
+                metrics::gauge!("outbox_held_rows").set(backlog.held as f64);
             }
             Err(error) => tracing::debug!(%error, "sampling the backlog failed"),
         }

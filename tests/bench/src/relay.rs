@@ -42,12 +42,14 @@ pub(crate) fn v7_id(start: &str) -> String {
 async fn fill(pool: &PgPool, aggregate_type: &str, rows: i64) {
     sqlx::query(&format!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload)
-         select {}, $1, o.id::text, 'PedidoCriado',
-                jsonb_build_object('pedidoId', o.id, 'clienteId', 'c-' || (i % 1000),
+         select {}, $1, o.order_id::text, 'PedidoCriado',
+                jsonb_build_object('pedidoId', o.order_id, 'clienteId', 'c-' || (i % 1000),
                                    'itens', jsonb_build_array(jsonb_build_object('sku', 'ABC-1', 'quantidade', 2),
                                                               jsonb_build_object('sku', 'XYZ-9', 'quantidade', 1)),
                                    'criadoEm', '2026-12-02T15:00:00Z')
-         from generate_series(1, $2) as i, lateral (select gen_random_uuid() as id offset 0) o
+         -- A volatile call in a subquery's select list runs per row; in an
+         -- uncorrelated lateral it ran once, and every row had one key.
+         from (select i, gen_random_uuid() as order_id from generate_series(1, $2) as i) as o
          order by i",
         v7_id("now()")
     ))

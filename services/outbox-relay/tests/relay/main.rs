@@ -10,5 +10,6 @@ mod crashes;
 mod environment;
 mod failures;
 mod helpers;
+mod ordering;
 mod publishing;
 mod queries;
