@@ -40,6 +40,10 @@ pub fn recorder() -> PrometheusHandle {
             "Rows that failed to publish, by kind (poison, transient)"
         );
         metrics::describe_gauge!("relay_leader", "1 while this relay is the active one");
+        metrics::describe_gauge!(
+            "relay_topic_durability_unsafe",
+            "1 for a target topic whose replication factor or min.insync.replicas is below 2: acks=all cannot survive one broker's disk loss"
+        );
         metrics::describe_counter!(
             "relay_producer_rebuilds_total",
             "Producers rebuilt after a fatal error"

@@ -1,9 +1,10 @@
-//! The start-up check that the relay's target topics exist as configured.
+//! The start-up check that the relay's target topics exist as configured,
+//! and a warning when a topic cannot keep what `acks=all` acknowledged.
 
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -94,6 +95,59 @@ pub async fn ensure_topics(
                 expected: partitions,
             });
         }
+        let replication_factor = described
+            .map(|t| {
+                t.partitions()
+                    .iter()
+                    .map(|p| p.replicas().len())
+                    .min()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let min_insync = min_insync_replicas(&admin, topic).await;
+        warn_unless_durable(topic, replication_factor, min_insync);
     }
     Ok(())
+}
+
+/// The topic's `min.insync.replicas`, if the broker says.
+async fn min_insync_replicas(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> Option<usize> {
+    let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
+    let described = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .ok()?;
+    let resource = described.into_iter().next()?.ok()?;
+    resource
+        .get("min.insync.replicas")?
+        .value
+        .as_ref()?
+        .parse()
+        .ok()
+}
+
+/// `acks=all` waits for the in-sync replicas only: with one replica, or
+/// `min.insync.replicas=1`, an acknowledged record can live on one disk,
+/// and the relay deletes the row once it is acknowledged. Not refused (a
+/// single local broker is a fine place to develop); said, and measured.
+fn warn_unless_durable(topic: &str, replication_factor: usize, min_insync: Option<usize>) {
+    let durable = replication_factor >= 2 && min_insync.is_some_and(|m| m >= 2);
+    metrics::gauge!("relay_topic_durability_unsafe", "topic" => topic.to_owned()).set(if durable {
+        0.0
+    } else {
+        1.0
+    });
+    if !durable {
+        tracing::warn!(
+            topic,
+            replication_factor,
+            min_insync_replicas = ?min_insync,
+            "acks=all cannot keep this topic's records through the loss of one broker's disk \
+             (it needs a replication factor and min.insync.replicas of at least 2), and \
+             published rows are deleted: a record acknowledged here may be lost"
+        );
+    }
 }

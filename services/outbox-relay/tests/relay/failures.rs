@@ -105,3 +105,39 @@ async fn a_missing_topic_stops_the_relay_unless_it_may_create_it() {
     .await;
     relay.service.terminate(Duration::from_secs(30)).await;
 }
+
+/// The local broker keeps one replica: `acks=all` is then acknowledged by a
+/// single disk, and the relay deletes what was acknowledged. It says so.
+#[tokio::test]
+async fn a_topic_that_cannot_back_acks_all_is_reported_at_start_up() {
+    let test = RelayTest::new().await;
+    let relay = test.start_relay(&[]);
+
+    let series = format!(
+        "relay_topic_durability_unsafe{{topic=\"{}\"}} 1",
+        test.topic
+    );
+    eventually(
+        "the metric reports the topic",
+        Duration::from_secs(30),
+        || async {
+            // Before the relay listens, there is nothing to ask yet.
+            let metrics = reqwest::get(format!("{}/metrics", relay.http))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            metrics.contains(&series).then_some(())
+        },
+    )
+    .await;
+    let log = relay.service.log();
+    assert!(
+        log.contains(
+            "acks=all cannot keep this topic's records through the loss of one broker's disk"
+        ),
+        "{log}"
+    );
+    relay.service.terminate(Duration::from_secs(30)).await;
+}
