@@ -15,8 +15,9 @@ use crate::pipeline::{DLT, Pipeline, TOPIC};
 pub struct Outcome {
     pub orders: usize,
     pub faults: u32,
-    /// Accepted orders without exactly one outbox row, or without exactly one
-    /// reservation outcome.
+    /// Accepted orders without exactly one outbox row (without exactly one
+    /// distinct event on the topic, when the relays delete published rows),
+    /// or without exactly one reservation outcome.
     pub lost: usize,
     /// Stock moved more (or less) than the reserved outcomes say; processed
     /// rows that are not one per distinct message.
@@ -56,18 +57,42 @@ pub async fn settle(pipeline: &Pipeline, placed: &[Placed], deadline: Duration) 
 /// their stock effects count, their outbox rows are not looked for.
 pub async fn check(pipeline: &Pipeline, placed: &[Placed], injected: &[Placed]) -> Outcome {
     let ids: Vec<Uuid> = placed.iter().map(|p| p.id).collect();
-    // One outbox row per accepted order (the relay keeps them in e2e).
-    let outbox: Vec<(String, Uuid)> =
-        sqlx::query_as("select aggregateid, id from outbox where type = 'PedidoCriado'")
-            .fetch_all(&pipeline.orders)
-            .await
-            .unwrap();
+    // What travelled: relay re-publishes show as repeated ids on the topic.
+    let all = TopicReader::new(&pipeline.broker.address, TOPIC)
+        .read_all(Duration::from_secs(60))
+        .await;
+    // One event per accepted order: its outbox row when the relays keep
+    // published rows; otherwise its distinct id on the topic (a row the
+    // relay never published has none, and its order counts as lost).
     let mut outbox_by_order: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
-    for (order, id) in &outbox {
-        outbox_by_order
-            .entry(Uuid::parse_str(order).unwrap())
-            .or_default()
-            .push(*id);
+    if pipeline.endpoints.retain_published {
+        let outbox: Vec<(String, Uuid)> =
+            sqlx::query_as("select aggregateid, id from outbox where type = 'PedidoCriado'")
+                .fetch_all(&pipeline.orders)
+                .await
+                .unwrap();
+        for (order, id) in &outbox {
+            outbox_by_order
+                .entry(Uuid::parse_str(order).unwrap())
+                .or_default()
+                .push(*id);
+        }
+    } else {
+        for record in all
+            .iter()
+            .filter(|r| r.header("eventType").as_deref() == Some("PedidoCriado"))
+        {
+            let (Ok(order), Some(Ok(id))) = (
+                Uuid::parse_str(&record.key_text()),
+                record.header("id").map(|id| Uuid::parse_str(&id)),
+            ) else {
+                continue;
+            };
+            let ids = outbox_by_order.entry(order).or_default();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
     }
     let reservations: Vec<(Uuid, String, Uuid)> =
         sqlx::query_as("select order_id, status, message_id from reservations")
@@ -128,10 +153,6 @@ pub async fn check(pipeline: &Pipeline, placed: &[Placed], injected: &[Placed]) 
         double_effects += 1;
     }
 
-    // What travelled: relay re-publishes show as repeated ids on the topic.
-    let all = TopicReader::new(&pipeline.broker.address, TOPIC)
-        .read_all(Duration::from_secs(60))
-        .await;
     let distinct_on_topic: HashSet<String> = all.iter().filter_map(|r| r.header("id")).collect();
     let relay_duplicates = all.len() - distinct_on_topic.len();
     let consumer_duplicates = pipeline.consumer_duplicates().await as usize;

@@ -82,6 +82,10 @@ pub struct PipelineOptions {
     /// Put both databases on a PostgreSQL cluster of the scenario's own, so
     /// it can be stopped, crashed and restarted.
     pub own_postgres: bool,
+    /// Relays keep published rows (`--retain-published`), so the invariants
+    /// can read every outbox row; without it they delete them, as by
+    /// default, and the invariants read the events off the topic instead.
+    pub retain_published: bool,
 }
 
 impl Default for PipelineOptions {
@@ -96,6 +100,7 @@ impl Default for PipelineOptions {
                 ("LOW-1", 30),
             ],
             own_postgres: false,
+            retain_published: true,
         }
     }
 }
@@ -106,6 +111,7 @@ pub struct Endpoints {
     pub broker: String,
     pub orders_url: String,
     pub inventory_url: String,
+    pub retain_published: bool,
 }
 
 impl Endpoints {
@@ -118,25 +124,28 @@ impl Endpoints {
         };
         match kind {
             Kind::Orders => list(&["--database-url", &self.orders_url, "--http-addr", http]),
-            Kind::Relay => list(&[
-                "--database-url",
-                &self.orders_url,
-                "--bootstrap-servers",
-                &self.broker,
-                "--http-addr",
-                http,
-                // Kept, so the invariants can see every outbox row.
-                "--retain-published",
-                "1d",
-                "--poll-interval",
-                "20ms",
-                "--failover-interval",
-                "200ms",
-                "--max-backoff",
-                "1s",
-                "--delivery-timeout",
-                "10s",
-            ]),
+            Kind::Relay => {
+                let mut args = list(&[
+                    "--database-url",
+                    &self.orders_url,
+                    "--bootstrap-servers",
+                    &self.broker,
+                    "--http-addr",
+                    http,
+                    "--poll-interval",
+                    "20ms",
+                    "--failover-interval",
+                    "200ms",
+                    "--max-backoff",
+                    "1s",
+                    "--delivery-timeout",
+                    "10s",
+                ]);
+                if self.retain_published {
+                    args.extend(list(&["--retain-published", "1d"]));
+                }
+                args
+            }
             Kind::Inventory => list(&[
                 "--database-url",
                 &self.inventory_url,
@@ -259,6 +268,7 @@ impl Pipeline {
             broker: broker.address.clone(),
             orders_url: orders_db.url(),
             inventory_url: inventory_db.url(),
+            retain_published: options.retain_published,
         };
         let order_service = endpoints.spawn(Kind::Orders, &[]).await;
         let connect = |db: &TestDatabase| {

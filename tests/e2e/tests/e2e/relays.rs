@@ -41,7 +41,21 @@ async fn block_the_relay_after_publishing(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_relay_killed_again_and_again_under_load_loses_nothing() {
-    let mut pipeline = Pipeline::start(PipelineOptions::default()).await;
+    relay_killed_again_and_again(true, "relay_kill_9").await;
+}
+
+/// The same with the relay's default: published rows deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_relay_deleting_published_rows_killed_again_and_again_loses_nothing() {
+    relay_killed_again_and_again(false, "relay_kill_9_delete").await;
+}
+
+async fn relay_killed_again_and_again(retain_published: bool, scenario: &str) {
+    let mut pipeline = Pipeline::start(PipelineOptions {
+        retain_published,
+        ..PipelineOptions::default()
+    })
+    .await;
     let load = place_orders_in_background(&pipeline.order_service.http, 1_000, 4, 2);
 
     // First a kill exactly between publishing and recording a batch. The
@@ -52,7 +66,8 @@ async fn the_relay_killed_again_and_again_under_load_loses_nothing() {
     pipeline.kill(Kind::Relay, 0).await;
     sqlx::query(
         "select pg_terminate_backend(pid) from pg_stat_activity
-         where datname = current_database() and wait_event_type = 'Lock' and query like 'update outbox%'",
+         where datname = current_database() and wait_event_type = 'Lock'
+           and (query like 'update outbox%' or query like 'delete from outbox%')",
     )
     .execute(&pipeline.orders)
     .await
@@ -69,7 +84,7 @@ async fn the_relay_killed_again_and_again_under_load_loses_nothing() {
     settle(&pipeline, &placed, Duration::from_secs(120)).await;
 
     let outcome = check(&pipeline, &placed, &[]).await;
-    report("relay_kill_9", &outcome);
+    report(scenario, &outcome);
     assert_sound(&outcome);
     assert!(
         outcome.duplicates_absorbed > 0,
