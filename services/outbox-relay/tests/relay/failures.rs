@@ -63,17 +63,10 @@ async fn poison_rows_are_parked_and_do_not_stall_the_others() {
     .execute(&test.pool)
     .await
     .unwrap();
-    eventually(
+    test.wait_until_published(
+        bad_topic,
         "the fixed row is published",
         Duration::from_secs(30),
-        || async {
-            let left: i64 = sqlx::query_scalar("select count(*) from outbox where id = $1")
-                .bind(bad_topic)
-                .fetch_one(&test.pool)
-                .await
-                .unwrap();
-            (left == 0).then_some(())
-        },
     )
     .await;
     relay.service.terminate(Duration::from_secs(30)).await;

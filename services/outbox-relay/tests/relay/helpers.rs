@@ -153,6 +153,19 @@ impl RelayTest {
         }
     }
 
+    /// Waits until the row `id` is published (and so deleted).
+    pub(crate) async fn wait_until_published(&self, id: Uuid, what: &str, deadline: Duration) {
+        eventually(what, deadline, || async {
+            let left: i64 = sqlx::query_scalar("select count(*) from outbox where id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .unwrap();
+            (left == 0).then_some(())
+        })
+        .await;
+    }
+
     /// Waits until every row is published.
     pub(crate) async fn wait_until_drained(&self, deadline: Duration) {
         eventually("the outbox drains", deadline, || async {

@@ -114,17 +114,10 @@ async fn rows_for_a_topic_that_does_not_exist_are_never_parked_and_go_once_it_ex
     assert!(error.is_some_and(|e| !e.is_empty()));
 
     create_topic(&test.bootstrap, &missing_topic, PARTITIONS).await;
-    eventually(
+    test.wait_until_published(
+        waiting,
         "the row is published once its topic exists",
         Duration::from_secs(60),
-        || async {
-            let left: i64 = sqlx::query_scalar("select count(*) from outbox where id = $1")
-                .bind(waiting)
-                .fetch_one(&test.pool)
-                .await
-                .unwrap();
-            (left == 0).then_some(())
-        },
     )
     .await;
     relay.service.terminate(Duration::from_secs(30)).await;
