@@ -105,23 +105,12 @@ async fn each_deterministic_failure_goes_to_the_dlt_at_once_and_the_partition_mo
     service.service.terminate(Duration::from_secs(30)).await;
 }
 
-/// Holds a lock on a stock row so the consumer's statements time out.
-async fn lock_stock(test: &InventoryTest, sku: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = test.pool.begin().await.unwrap();
-    sqlx::query("select * from stock where sku = $1 for update")
-        .bind(sku)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx
-}
-
 #[tokio::test]
 async fn a_transient_failure_is_retried_three_times_a_second_apart_then_dead_lettered() {
     let test = InventoryTest::new().await;
     test.set_stock("ABC-1", 10).await;
     let service = test.start(&["--statement-timeout", "200ms"], &[]).await;
-    let lock = lock_stock(&test, "ABC-1").await;
+    let lock = test.lock_stock("ABC-1").await;
     let order = Uuid::now_v7();
     let stuck = Outgoing::order(order, &[("ABC-1", 1)]).on_partition(1);
     let next_order = Uuid::now_v7();
@@ -160,7 +149,7 @@ async fn a_transient_failure_that_heals_within_the_retries_is_processed_once() {
     let test = InventoryTest::new().await;
     test.set_stock("ABC-1", 10).await;
     let service = test.start(&["--statement-timeout", "200ms"], &[]).await;
-    let lock = lock_stock(&test, "ABC-1").await;
+    let lock = test.lock_stock("ABC-1").await;
     let order = Uuid::now_v7();
 
     test.produce(&Outgoing::order(order, &[("ABC-1", 4)])).await;
@@ -194,7 +183,7 @@ async fn after_every_pooled_connection_was_terminated_a_record_is_processed_not_
     let service = test.start(&[], &[]).await;
     // One blocked transaction per partition fills the service's pool with
     // as many connections, idle once the lock goes.
-    let lock = lock_stock(&test, "ABC-1").await;
+    let lock = test.lock_stock("ABC-1").await;
     let mut warm_up = Vec::new();
     for partition in 0..6 {
         let order = Uuid::now_v7();

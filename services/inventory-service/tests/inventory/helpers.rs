@@ -275,6 +275,18 @@ impl InventoryTest {
         .await
     }
 
+    /// Holds a lock on a stock row, so the consumer's transactions on it
+    /// wait (and, past the statement timeout, fail) until it is released.
+    pub(crate) async fn lock_stock(&self, sku: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+        let mut tx = self.pool.begin().await.unwrap();
+        sqlx::query("select * from stock where sku = $1 for update")
+            .bind(sku)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx
+    }
+
     pub(crate) async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
     }

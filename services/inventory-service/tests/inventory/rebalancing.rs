@@ -8,17 +8,6 @@ use uuid::Uuid;
 
 use crate::helpers::{InventoryProcess, InventoryTest, Outgoing, PARTITIONS};
 
-/// Holds a lock on a stock row so the consumer's transactions wait.
-async fn lock_stock(test: &InventoryTest, sku: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = test.pool.begin().await.unwrap();
-    sqlx::query("select * from stock where sku = $1 for update")
-        .bind(sku)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx
-}
-
 async fn wait_for_all_partitions(service: &InventoryProcess) {
     eventually(
         "the consumer owns every partition",
@@ -41,7 +30,7 @@ async fn a_partition_paused_for_backlog_drains_after_a_member_joins_and_leaves()
     test.set_stock("ABC-1", 1_000_000).await;
     let patient = ["--statement-timeout", "120s", "--revoke-grace", "2s"];
     let first = test.start(&patient, &[]).await;
-    let lock = lock_stock(&test, "ABC-1").await;
+    let lock = test.lock_stock("ABC-1").await;
     let backlog: Vec<Outgoing> = (0..8_000)
         .map(|_| Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]).on_partition(0))
         .collect();
@@ -101,7 +90,7 @@ async fn a_revoke_on_a_single_runtime_thread_lets_the_batch_in_progress_finish()
     let single_thread = [("TOKIO_WORKER_THREADS", "1".to_owned())];
     let slow = ["--statement-timeout", "60s", "--revoke-grace", "15s"];
     let first = test.start(&slow, &single_thread).await;
-    let lock = lock_stock(&test, "ABC-1").await;
+    let lock = test.lock_stock("ABC-1").await;
     let orders: Vec<Outgoing> = (0..10)
         .map(|_| Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]).on_partition(0))
         .collect();

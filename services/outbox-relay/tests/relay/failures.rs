@@ -41,18 +41,13 @@ async fn poison_rows_are_parked_and_do_not_stall_the_others() {
         .read_at_least(before.len() + after.len(), Duration::from_secs(30))
         .await;
     assert_eq!(records.len(), 100);
-    eventually(
-        "the parked gauge shows them",
-        Duration::from_secs(20),
-        || async {
-            relay
-                .metrics()
-                .await
-                .contains("outbox_parked_rows 2")
-                .then_some(())
-        },
-    )
-    .await;
+    relay
+        .wait_for_metric(
+            "the parked gauge shows them",
+            "outbox_parked_rows 2",
+            Duration::from_secs(20),
+        )
+        .await;
 
     // Un-parking (docs/relay.md) after fixing the row publishes it.
     sqlx::query(
@@ -110,21 +105,13 @@ async fn a_topic_that_cannot_back_acks_all_is_reported_at_start_up() {
         "relay_topic_durability_unsafe{{topic=\"{}\"}} 1",
         test.topic
     );
-    eventually(
-        "the metric reports the topic",
-        Duration::from_secs(30),
-        || async {
-            // Before the relay listens, there is nothing to ask yet.
-            let metrics = reqwest::get(format!("{}/metrics", relay.http))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            metrics.contains(&series).then_some(())
-        },
-    )
-    .await;
+    relay
+        .wait_for_metric(
+            "the metric reports the topic",
+            &series,
+            Duration::from_secs(30),
+        )
+        .await;
     let log = relay.service.log();
     assert!(
         log.contains(

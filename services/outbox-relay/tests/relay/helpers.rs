@@ -201,6 +201,21 @@ impl RelayProcess {
             .is_ok_and(|reply| reply.status().is_success())
     }
 
+    /// Waits until /metrics has a line containing `line` (a relay not yet
+    /// listening is waited for too).
+    pub(crate) async fn wait_for_metric(&self, what: &str, line: &str, deadline: Duration) {
+        eventually(what, deadline, || async {
+            let metrics = reqwest::get(format!("{}/metrics", self.http))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            metrics.contains(line).then_some(())
+        })
+        .await;
+    }
+
     pub(crate) async fn metrics(&self) -> String {
         reqwest::get(format!("{}/metrics", self.http))
             .await

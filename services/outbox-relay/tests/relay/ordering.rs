@@ -51,18 +51,13 @@ async fn a_later_row_of_an_aggregate_waits_for_an_earlier_oversized_one() {
         "a later row of the aggregate overtook its parked first row"
     );
     assert_eq!(flowing.len() + on_topic.len(), others.len());
-    eventually(
-        "the held row shows in the metrics",
-        Duration::from_secs(20),
-        || async {
-            relay
-                .metrics()
-                .await
-                .contains("outbox_held_rows 1")
-                .then_some(())
-        },
-    )
-    .await;
+    relay
+        .wait_for_metric(
+            "the held row shows in the metrics",
+            "outbox_held_rows 1",
+            Duration::from_secs(20),
+        )
+        .await;
 
     // Fixed and un-parked (docs/relay.md): both go, in order.
     sqlx::query(
