@@ -9,6 +9,7 @@
 //! out a broker fault). So a batch holds at most one row per aggregate, and
 //! a row is never sent while an earlier one of its aggregate may still fail.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use sqlx::{PgConnection, PgPool};
@@ -35,12 +36,22 @@ pub async fn fetch_pending(
     conn: &mut PgConnection,
     limit: i64,
 ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-    // Written out twice, not a CTE: a CTE used twice is materialised, which
-    // would read every pending row on every read. "The earliest of its
-    // aggregate" is a scalar subquery, so it runs as one index probe per
-    // row the scan meets: as an anti-join, a plan made before the table was
-    // first analysed (a bulk backlog) could be quadratic (seen in P2: one
-    // read of 50 000 rows ran for minutes).
+    sqlx::query_as(&FETCH_PENDING)
+        .bind(limit)
+        .bind((limit / 10).max(1))
+        .fetch_all(conn)
+        .await
+}
+
+/// The read of [`fetch_pending`], built once: it runs on every poll.
+///
+/// The eligibility test is written out twice, not as a CTE: a CTE used twice
+/// is materialised, which would read every pending row on every read. "The
+/// earliest of its aggregate" is a scalar subquery, so it runs as one index
+/// probe per row the scan meets: as an anti-join, a plan made before the
+/// table was first analysed (a bulk backlog) could be quadratic (seen in P2:
+/// one read of 50 000 rows ran for minutes).
+static FETCH_PENDING: LazyLock<String> = LazyLock::new(|| {
     let eligible = |extra: &str, limit: &str| {
         format!(
             "(select o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
@@ -55,17 +66,12 @@ pub async fn fetch_pending(
               limit {limit})"
         )
     };
-    let query = format!(
+    format!(
         "select * from ({} union all {}) as batch order by seq",
         eligible("o.deferrals = 0", "$1"),
         eligible("o.deferrals > 0 and o.next_attempt_at <= now()", "$2"),
-    );
-    sqlx::query_as(&query)
-        .bind(limit)
-        .bind((limit / 10).max(1))
-        .fetch_all(conn)
-        .await
-}
+    )
+});
 
 /// Records a batch as published, in one statement.
 pub async fn mark_published(
