@@ -12,8 +12,13 @@
 //! - the properties the delivery guarantees depend on ([`PROTECTED`]) are the
 //!   services' own: a variable that would set one stops the service.
 
+use std::ffi::OsString;
+
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
+
+/// The longest librdkafka reason quoted in an error, in characters.
+const MAX_REASON_CHARS: usize = 300;
 
 /// Variables that are entrega's own settings, not librdkafka properties.
 const OWN_VARIABLES: &[&str] = &["KAFKA_BOOTSTRAP_SERVERS"];
@@ -45,6 +50,8 @@ pub enum PassthroughError {
         "{variable} would set the librdkafka property {property}, which the delivery guarantees depend on: it cannot be overridden (unset {variable})"
     )]
     Protected { variable: String, property: String },
+    #[error("a KAFKA_* environment variable's name or value is not UTF-8")]
+    NotUtf8,
     #[error("{variable} would set the librdkafka property {property}: {reason}")]
     Invalid {
         variable: String,
@@ -87,10 +94,18 @@ fn is_kubernetes_service_variable(name: &str) -> bool {
 /// becomes `sasl.mechanisms`) and ignored Kubernetes variables; refuses a
 /// protected property, an unknown one or an invalid value.
 pub fn passthrough_from(
-    vars: impl IntoIterator<Item = (String, String)>,
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<Passthrough, PassthroughError> {
     let mut passthrough = Passthrough::default();
     for (variable, value) in vars {
+        // Read as bytes: `std::env::vars` panics on any variable, ours or
+        // not, that is not UTF-8.
+        if !variable.as_encoded_bytes().starts_with(b"KAFKA_") {
+            continue;
+        }
+        let (Ok(variable), Ok(value)) = (variable.into_string(), value.into_string()) else {
+            return Err(PassthroughError::NotUtf8);
+        };
         let Some(suffix) = variable.strip_prefix("KAFKA_") else {
             continue;
         };
@@ -115,6 +130,12 @@ pub fn passthrough_from(
                 KafkaError::ClientConfig(_, description, _, _) => description,
                 other => other.to_string(),
             };
+            // librdkafka quotes the value: a start-up error stays readable
+            // whatever was set.
+            let reason = match reason.char_indices().nth(MAX_REASON_CHARS) {
+                Some((end, _)) => format!("{}…", &reason[..end]),
+                None => reason,
+            };
             return Err(PassthroughError::Invalid {
                 variable,
                 property,
@@ -135,7 +156,7 @@ pub fn client_config(
     bootstrap_servers: &str,
     settings: &[(&str, &str)],
 ) -> Result<ClientConfig, PassthroughError> {
-    let passthrough = passthrough_from(std::env::vars())?;
+    let passthrough = passthrough_from(std::env::vars_os())?;
     if !passthrough.ignored.is_empty() {
         tracing::debug!(ignored = ?passthrough.ignored, "KAFKA_* Kubernetes service variables are not client properties");
     }
@@ -165,11 +186,46 @@ pub fn is_valid_topic_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    fn strings(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn a_value_that_is_not_utf8_is_refused_and_other_variables_are_not_read() {
+        use std::os::unix::ffi::OsStringExt;
+        let junk = OsString::from_vec(vec![0xff, 0xfe]);
+        let refused =
+            passthrough_from([(OsString::from("KAFKA_CLIENT_ID"), junk.clone())]).unwrap_err();
+        assert_eq!(refused, PassthroughError::NotUtf8);
+        let ignored = passthrough_from([
+            (OsString::from("LANG"), junk.clone()),
+            (junk, OsString::from("x")),
+        ])
+        .unwrap();
+        assert_eq!(ignored, Passthrough::default());
+    }
+
+    #[test]
+    fn an_empty_or_huge_value_is_librdkafkas_to_judge() {
+        let empty = passthrough_from(vars(&[("KAFKA_LINGER_MS", "")])).unwrap_err();
+        assert!(matches!(empty, PassthroughError::Invalid { .. }), "{empty}");
+        let huge = "x".repeat(1_000_000);
+        let refused = passthrough_from(vars(&[("KAFKA_LINGER_MS", &huge)])).unwrap_err();
+        assert!(matches!(refused, PassthroughError::Invalid { .. }));
+        assert!(
+            refused.to_string().len() < 1_000,
+            "the error quotes the whole value"
+        );
     }
 
     #[test]
@@ -184,7 +240,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             passthrough.properties,
-            vars(&[("fetch.wait.max.ms", "20"), ("sasl.mechanisms", "PLAIN")])
+            strings(&[("fetch.wait.max.ms", "20"), ("sasl.mechanisms", "PLAIN")])
         );
     }
 
