@@ -8,7 +8,7 @@ use service_support::config::{
     DatabaseUrl, LogFormat, parse_database_url, parse_positive_duration,
 };
 
-use crate::leadership::DEFAULT_LOCK_KEY;
+use crate::leadership::{DEFAULT_LOCK_KEY, SEND_MARGIN};
 
 /// The outbox relay: publishes committed outbox rows to Kafka.
 #[derive(Debug, Clone, Parser)]
@@ -65,9 +65,17 @@ pub struct Config {
     #[arg(long, env = "RELAY_MAX_BACKOFF", default_value = "5s", value_parser = parse_positive_duration)]
     pub max_backoff: Duration,
 
-    /// How long librdkafka keeps trying to deliver one record.
-    #[arg(long, env = "RELAY_DELIVERY_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    /// How long librdkafka keeps trying to deliver one record
+    /// (`message.timeout.ms`). At most `--lease` minus 3 s: the leader only
+    /// sends while the records can be delivered, or dropped, within its lease.
+    #[arg(long, env = "RELAY_DELIVERY_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
     pub delivery_timeout: Duration,
+
+    /// How long a leader may stall (frozen, blocked, cut off from the
+    /// database) before a standby deposes it: the bound on failover after
+    /// anything but a crash (docs/relay.md, "Leadership").
+    #[arg(long, env = "RELAY_LEASE", default_value = "10s", value_parser = parse_positive_duration)]
+    pub lease: Duration,
 
     /// Topics the relay publishes to, checked at start-up (comma-separated).
     #[arg(
@@ -125,6 +133,13 @@ impl Config {
         if self.topics.is_empty() {
             return Err("--topics: at least one topic is needed".to_owned());
         }
+        let shortest_lease = self.delivery_timeout + SEND_MARGIN + Duration::from_secs(1);
+        if self.lease < shortest_lease {
+            return Err(format!(
+                "--lease {:?} is too short for --delivery-timeout {:?}: it must be at least {:?} (the delivery timeout, {:?} of margin and 1 s to send in)",
+                self.lease, self.delivery_timeout, shortest_lease, SEND_MARGIN,
+            ));
+        }
         Ok(())
     }
 }
@@ -158,5 +173,12 @@ mod tests {
         }
         let config = Config::try_parse_from(["outbox-relay", "--topics", "bad topic"]).unwrap();
         assert!(config.validate().is_err());
+        let config = Config::try_parse_from(["outbox-relay", "--delivery-timeout", "8s"]).unwrap();
+        let error = config.validate().unwrap_err();
+        assert!(error.contains("--lease 10s is too short"), "{error}");
+        let config =
+            Config::try_parse_from(["outbox-relay", "--delivery-timeout", "8s", "--lease", "11s"])
+                .unwrap();
+        assert!(config.validate().is_ok());
     }
 }

@@ -1,15 +1,41 @@
-//! One active relay at a time, by a PostgreSQL session advisory lock.
+//! One active relay at a time: a PostgreSQL session advisory lock, plus a
+//! lease so that a leader that stalls cannot keep the lock, or publish, for
+//! ever.
 //!
 //! The leader holds the lock on a dedicated connection and does all its
-//! outbox reads and writes on that same connection. If the connection dies,
-//! the lock is gone and so is every statement the leader could still issue:
-//! a deposed leader cannot mark rows. Standbys try the lock every
-//! `--failover-interval`; a leader killed outright loses its socket, so
-//! PostgreSQL releases the lock at once and failover takes one interval.
+//! outbox reads and writes on that connection. A leader killed outright
+//! loses its socket; PostgreSQL releases the lock at once and a standby
+//! takes over within one `--failover-interval`.
+//!
+//! A leader can also stall with its session open: frozen (SIGSTOP, a VM
+//! paused), blocked on a row lock, or cut off from the database while its
+//! TCP connection looks alive (no keepalive notices a frozen process: its
+//! kernel still answers). The lease covers all three. Every statement the
+//! leader runs renews it; PostgreSQL's own `pg_stat_activity.state_change`
+//! (the start or end of the session's latest statement) is the heartbeat,
+//! so renewing costs nothing. A standby that finds the lock held by a
+//! session whose state has not changed for `--lease` terminates that session
+//! (`pg_terminate_backend`), which releases the lock, and takes it.
+//!
+//! The fence is the other half: a deposed leader that wakes must not send
+//! the rows it read before it stalled, or they land after the later rows of
+//! the same aggregates the new leader has published. The leader keeps its
+//! own view of the lease, measured on its monotonic clock from the moment it
+//! *sent* its latest successful statement (never later than the moment the
+//! server recorded). It hands a record to librdkafka only while at least
+//! `--delivery-timeout` plus [`SEND_MARGIN`] of that lease is left, and
+//! `message.timeout.ms` is `--delivery-timeout`: librdkafka drops, without
+//! sending, a queued record whose timeout has passed, and times out an
+//! in-flight request with it. So nothing leaves the old leader later than
+//! `SEND_MARGIN` before a standby may depose it. docs/relay.md says why this
+//! and not Kafka transactions.
 //!
 //! Why one leader rather than splitting work by aggregate hash: per-aggregate
 //! order then needs nothing else (one reader, rows in insert order), and one
 //! relay publishes far faster than orders are written (docs/benchmarks.md).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
@@ -17,32 +43,184 @@ use sqlx::{Connection, PgConnection};
 /// The default lock key: "entrega" in ASCII.
 pub const DEFAULT_LOCK_KEY: i64 = 0x0065_6e74_7265_6761;
 
-/// The leader's connection, holding the lock.
-#[derive(Debug)]
-pub struct Leader {
-    pub conn: PgConnection,
+/// The lease left unused between the deadline of the leader's last record
+/// and the earliest moment a standby may depose it: it absorbs librdkafka's
+/// timeout scan (once a second), a request on the wire and clock-rate
+/// differences between the hosts.
+pub const SEND_MARGIN: Duration = Duration::from_secs(2);
+
+/// How long a standby waits for a deposed session to end.
+const TERMINATE_WAIT_MS: i64 = 2_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeadershipError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// The database did not answer before the lease ran out: a standby may
+    /// already lead, so this relay must not go on as the leader.
+    #[error("the database did not answer within the lease ({0:?})")]
+    Unresponsive(Duration),
 }
 
-/// Takes the lock if it is free; `None` if another relay leads.
-pub async fn try_lead(options: &PgConnectOptions, key: i64) -> Result<Option<Leader>, sqlx::Error> {
-    let mut conn = PgConnection::connect_with(options).await?;
-    let acquired: bool = sqlx::query_scalar("select pg_try_advisory_lock($1)")
-        .bind(key)
-        .fetch_one(&mut conn)
-        .await?;
-    if acquired {
-        Ok(Some(Leader { conn }))
-    } else {
+/// The leader's connection, holding the lock, and its view of the lease.
+#[derive(Debug)]
+pub struct Leader {
+    conn: PgConnection,
+    lease: Duration,
+    /// When the latest successful statement was sent.
+    renewed_at: Instant,
+}
+
+/// The lease settings a relay runs with.
+#[derive(Debug, Clone)]
+pub struct Election {
+    pub database: PgConnectOptions,
+    pub lock_key: i64,
+    pub lease: Duration,
+}
+
+impl Election {
+    /// Takes the lock if it is free, or if its holder's lease has run out
+    /// (then the holder's session is terminated first). `None` if another
+    /// relay leads. Bounded by the lease: a database that does not answer is
+    /// an error, not a wait.
+    pub async fn try_lead(&self) -> Result<Option<Leader>, LeadershipError> {
+        let started = Instant::now();
+        within(self.lease, self.try_lead_unbounded(started)).await?
+    }
+
+    async fn try_lead_unbounded(
+        &self,
+        started: Instant,
+    ) -> Result<Option<Leader>, LeadershipError> {
+        let mut conn = PgConnection::connect_with(&self.database).await?;
+        if try_lock(&mut conn, self.lock_key).await? {
+            return Ok(Some(self.leader(conn, started)));
+        }
+        let deposed = self.depose_stale_leader(&mut conn).await?;
+        if deposed && try_lock(&mut conn, self.lock_key).await? {
+            return Ok(Some(self.leader(conn, started)));
+        }
         conn.close().await?;
         Ok(None)
     }
+
+    fn leader(&self, conn: PgConnection, renewed_at: Instant) -> Leader {
+        Leader {
+            conn,
+            lease: self.lease,
+            renewed_at,
+        }
+    }
+
+    /// Terminates the lock holder's session if it has been still for longer
+    /// than the lease. Needs the same role as the leader (or
+    /// `pg_read_all_stats` and `pg_signal_backend`): without it the holder's
+    /// `state_change` reads as NULL and nobody is deposed (logged).
+    async fn depose_stale_leader(&self, conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+        let lease = time::Duration::try_from(self.lease).unwrap_or(time::Duration::MAX);
+        // A bigint advisory key shows in pg_locks as classid (high 32 bits),
+        // objid (low 32 bits), objsubid 1.
+        let holder: Option<(i32, Option<f64>, Option<bool>)> = sqlx::query_as(
+            "select a.pid,
+                    extract(epoch from now() - a.state_change)::float8,
+                    case when a.state_change < now() - $3::interval
+                         then pg_terminate_backend(a.pid, $4) end
+             from pg_locks l
+             join pg_stat_activity a on a.pid = l.pid
+             where l.locktype = 'advisory' and l.granted and l.objsubid = 1
+               and l.database = (select oid from pg_database where datname = current_database())
+               and l.classid::bigint = $1 and l.objid::bigint = $2",
+        )
+        .bind(self.lock_key >> 32 & 0xffff_ffff)
+        .bind(self.lock_key & 0xffff_ffff)
+        .bind(lease)
+        .bind(TERMINATE_WAIT_MS)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match holder {
+            Some((pid, Some(still_for), Some(terminated))) => {
+                tracing::warn!(
+                    leader.pid = pid,
+                    still_for_seconds = still_for,
+                    terminated,
+                    "the leader's session was still for longer than the lease; deposed it"
+                );
+                metrics::counter!("relay_leaders_deposed_total").increment(1);
+                Ok(true)
+            }
+            Some((pid, None, _)) => {
+                tracing::warn!(
+                    leader.pid = pid,
+                    "cannot see the leader's session activity: a stalled leader cannot be deposed (run every relay as the same role, or grant pg_read_all_stats and pg_signal_backend)"
+                );
+                Ok(false)
+            }
+            // A fresh leader, or the lock was just released: try again.
+            Some((_, Some(_), None)) => Ok(false),
+            None => Ok(true),
+        }
+    }
+}
+
+async fn try_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select pg_try_advisory_lock($1)")
+        .bind(key)
+        .fetch_one(conn)
+        .await
+}
+
+/// Runs `future` for at most `limit`.
+async fn within<T>(limit: Duration, future: impl Future<Output = T>) -> Result<T, LeadershipError> {
+    tokio::time::timeout(limit, future)
+        .await
+        .map_err(|_| LeadershipError::Unresponsive(limit))
 }
 
 impl Leader {
+    /// Runs one statement on the leader's connection. It must end while the
+    /// lease lasts: past that, a standby may lead, and this relay must step
+    /// down rather than wait. Success renews the lease from the moment the
+    /// statement was sent, so `statement` must reach the server (not return
+    /// early with nothing to do).
+    pub async fn run<T>(
+        &mut self,
+        statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, LeadershipError> {
+        let sent_at = Instant::now();
+        let left = self.lease_left(sent_at);
+        if left.is_zero() {
+            return Err(LeadershipError::Unresponsive(self.lease));
+        }
+        let result = within(left, statement(&mut self.conn)).await??;
+        self.renewed_at = sent_at;
+        Ok(result)
+    }
+
+    /// The latest moment a record may be handed to the producer so that it
+    /// is sent, or dropped, `SEND_MARGIN` before a standby may take over.
+    pub fn send_deadline(&self, delivery_timeout: Duration) -> Instant {
+        (self.renewed_at + self.lease)
+            .checked_sub(delivery_timeout + SEND_MARGIN)
+            .unwrap_or(self.renewed_at)
+    }
+
+    /// How long the leader may go without a statement before it must
+    /// renew: a third of the lease, so that an idle leader is never deposed.
+    pub fn renew_within(&self) -> Duration {
+        self.lease / 3
+    }
+
+    fn lease_left(&self, now: Instant) -> Duration {
+        (self.renewed_at + self.lease).saturating_duration_since(now)
+    }
+
     /// Releases the lock by closing the session.
     pub async fn step_down(self) {
-        if let Err(error) = self.conn.close().await {
-            tracing::debug!(%error, "closing the leader connection");
+        match within(SEND_MARGIN, self.conn.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::debug!(%error, "closing the leader connection"),
+            Err(error) => tracing::debug!(%error, "closing the leader connection"),
         }
     }
 }

@@ -40,6 +40,18 @@ pub fn recorder() -> PrometheusHandle {
             "Rows that failed to publish, by kind (poison, transient)"
         );
         metrics::describe_gauge!("relay_leader", "1 while this relay is the active one");
+        metrics::describe_counter!(
+            "relay_records_sent_total",
+            "Records handed to the producer (sent; published once acknowledged)"
+        );
+        metrics::describe_counter!(
+            "relay_withheld_rows_total",
+            "Rows read but not sent because the leader's lease ran too short (a stall)"
+        );
+        metrics::describe_counter!(
+            "relay_leaders_deposed_total",
+            "Stalled leaders this relay deposed (their session still for longer than the lease)"
+        );
         metrics::describe_gauge!(
             "relay_topic_durability_unsafe",
             "1 for a target topic whose replication factor or min.insync.replicas is below 2: acks=all cannot survive one broker's disk loss"
@@ -48,6 +60,14 @@ pub fn recorder() -> PrometheusHandle {
             "relay_producer_rebuilds_total",
             "Producers rebuilt after a fatal error"
         );
+        // Exported from the start at 0, so that an alert on their increase
+        // sees the first one.
+        for name in [
+            "relay_withheld_rows_total",
+            "relay_leaders_deposed_total",
+        ] {
+            metrics::counter!(name).increment(0);
+        }
     });
     handle
 }

@@ -4,7 +4,7 @@
 //! only once every in-sync replica has it, and librdkafka's own retries
 //! neither duplicate nor reorder records within a partition.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use rdkafka::ClientConfig;
@@ -27,6 +27,9 @@ pub enum Outcome {
     /// a topic that does not exist or may not be written to (someone must
     /// fix the broker, not the row; it goes once they have).
     Transient(String),
+    /// Not handed to the producer: the leader's lease ran too short to send
+    /// it safely (leadership.rs). The row stays as it was.
+    Withheld,
 }
 
 /// How a failed delivery is treated.
@@ -79,10 +82,11 @@ impl Publisher {
         Ok(Self { config, producer })
     }
 
-    /// Publishes `rows` in order and waits for every delivery report.
-    /// Returns one outcome per row, in the same order.
-    pub async fn publish(&mut self, rows: &[OutboxRow]) -> Vec<Outcome> {
-        let mut outcomes = self.send_all(rows).await;
+    /// Publishes `rows` in order and waits for every delivery report; a row
+    /// not handed to the producer by `send_by` is withheld. Returns one
+    /// outcome per row, in the same order.
+    pub async fn publish(&mut self, rows: &[OutboxRow], send_by: Instant) -> Vec<Outcome> {
+        let mut outcomes = self.send_all(rows, send_by).await;
         // A broker rejects a size violation for a whole produce request, so
         // the poison row's neighbours fail with it. Resend each such row
         // alone: only the real culprits keep their poison outcome.
@@ -91,7 +95,7 @@ impl Publisher {
             .collect();
         if poisoned.len() > 1 {
             for i in poisoned {
-                let single = self.send_all(std::slice::from_ref(&rows[i])).await;
+                let single = self.send_all(std::slice::from_ref(&rows[i]), send_by).await;
                 outcomes[i] = single
                     .into_iter()
                     .next()
@@ -113,10 +117,14 @@ impl Publisher {
         outcomes
     }
 
-    async fn send_all(&self, rows: &[OutboxRow]) -> Vec<Outcome> {
+    async fn send_all(&self, rows: &[OutboxRow], send_by: Instant) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
         let mut pending = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
+            if Instant::now() >= send_by {
+                outcomes[i..].fill(Some(Outcome::Withheld));
+                break;
+            }
             let record = match row.to_record() {
                 Ok(record) => record,
                 Err(error) => {
@@ -145,17 +153,25 @@ impl Publisher {
                     Err((error, returned))
                         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
                     {
+                        if Instant::now() >= send_by {
+                            break Err(None);
+                        }
                         future_record = returned;
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
-                    Err((error, _)) => break Err(error),
+                    Err((error, _)) => break Err(Some(error)),
                 }
             };
             match delivery {
                 Ok(delivery) => pending.push((i, delivery)),
-                Err(error) => outcomes[i] = Some(classify(&error)),
+                Err(Some(error)) => outcomes[i] = Some(classify(&error)),
+                Err(None) => {
+                    outcomes[i..].fill(Some(Outcome::Withheld));
+                    break;
+                }
             }
         }
+        metrics::counter!("relay_records_sent_total").increment(pending.len() as u64);
         let (indices, deliveries): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
         for (i, report) in indices.into_iter().zip(join_all(deliveries).await) {
             outcomes[i] = Some(match report {

@@ -6,19 +6,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::PgConnectOptions;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::leadership::{self, Leader};
+use crate::leadership::{Election, Leader, LeadershipError};
 use crate::publisher::{Outcome, Publisher};
 use crate::store::{self, AfterPublish};
 
 /// What the loop needs to know.
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
-    pub database: PgConnectOptions,
-    pub lock_key: i64,
+    pub election: Election,
     pub batch_size: i64,
     pub max_attempts: i32,
     pub after_publish: AfterPublish,
@@ -28,6 +26,8 @@ pub struct RelaySettings {
     pub failover_interval: Duration,
     /// Longest wait between retries after a failure.
     pub max_backoff: Duration,
+    /// How long librdkafka may take over one record (`message.timeout.ms`).
+    pub delivery_timeout: Duration,
 }
 
 /// Health the HTTP endpoints report.
@@ -47,6 +47,9 @@ pub enum BatchOutcome {
     /// Rows were read and none was published: back off before reading again
     /// (the broker is likely down).
     Failed,
+    /// Rows were read but the lease ran short before all were sent: read
+    /// again at once, which renews the lease or finds it lost.
+    Fenced,
 }
 
 /// A doubling wait with a ceiling, reset after success.
@@ -95,7 +98,7 @@ pub async fn run(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(100), settings.max_backoff);
     while !shutdown.is_cancelled() {
-        let leader = match leadership::try_lead(&settings.database, settings.lock_key).await {
+        let leader = match settings.election.try_lead().await {
             Ok(Some(leader)) => leader,
             Ok(None) => {
                 status.database_ok.store(true, Ordering::Relaxed);
@@ -119,7 +122,7 @@ pub async fn run(
         metrics::gauge!("relay_leader").set(0.0);
         if let Err(error) = result {
             status.database_ok.store(false, Ordering::Relaxed);
-            tracing::warn!(error.cause_chain = ?error, error.message = %error, "lost the database connection; stepping down");
+            tracing::warn!(error.cause_chain = ?error, error.message = %error, "lost the database connection or the lease; stepping down");
             sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
         }
     }
@@ -132,23 +135,25 @@ async fn lead(
     settings: &RelaySettings,
     publisher: &mut Publisher,
     shutdown: &CancellationToken,
-) -> Result<(), sqlx::Error> {
+) -> Result<(), LeadershipError> {
     let mut idle = Backoff::new(Duration::from_millis(1), settings.idle_poll_interval);
     let mut failures = Backoff::new(Duration::from_millis(100), settings.max_backoff);
     while !shutdown.is_cancelled() {
-        match publish_batch(&mut leader, settings, publisher).await? {
+        // Every read renews the lease, so no wait may outlast a renewal.
+        let wait = match publish_batch(&mut leader, settings, publisher).await? {
             BatchOutcome::Published(_) => {
                 idle.reset();
                 failures.reset();
+                continue;
             }
-            BatchOutcome::Empty => {
-                sleep_unless_stopped(idle.next_wait(), shutdown).await;
-            }
+            BatchOutcome::Fenced => continue,
+            BatchOutcome::Empty => idle.next_wait(),
             BatchOutcome::Failed => {
                 idle.reset();
-                sleep_unless_stopped(failures.next_wait(), shutdown).await;
+                failures.next_wait()
             }
-        }
+        };
+        sleep_unless_stopped(wait.min(leader.renew_within()), shutdown).await;
     }
     leader.step_down().await;
     Ok(())
@@ -161,28 +166,39 @@ async fn publish_batch(
     leader: &mut Leader,
     settings: &RelaySettings,
     publisher: &mut Publisher,
-) -> Result<BatchOutcome, sqlx::Error> {
-    let rows = store::fetch_pending(&mut leader.conn, settings.batch_size).await?;
+) -> Result<BatchOutcome, LeadershipError> {
+    let batch_size = settings.batch_size;
+    let rows = leader
+        .run(async |conn| store::fetch_pending(conn, batch_size).await)
+        .await?;
     if rows.is_empty() {
         return Ok(BatchOutcome::Empty);
     }
     tracing::Span::current().record("rows", rows.len());
     let started = Instant::now();
-    let outcomes = publisher.publish(&rows).await;
+    let send_by = leader.send_deadline(settings.delivery_timeout);
+    let outcomes = publisher.publish(&rows, send_by).await;
     metrics::histogram!("relay_batch_publish_duration_seconds")
         .record(started.elapsed().as_secs_f64());
 
     let mut published: Vec<Uuid> = Vec::with_capacity(rows.len());
     let mut poison = Vec::new();
     let mut transient = Vec::new();
+    let mut withheld = 0_usize;
     for (row, outcome) in rows.iter().zip(outcomes) {
         match outcome {
             Outcome::Published => published.push(row.id),
             Outcome::Poison(error) => poison.push((row.id, error)),
             Outcome::Transient(error) => transient.push((row.id, error)),
+            Outcome::Withheld => withheld += 1,
         }
     }
-    store::mark_published(&mut leader.conn, &published, settings.after_publish).await?;
+    if !published.is_empty() {
+        let after_publish = settings.after_publish;
+        leader
+            .run(async |conn| store::mark_published(conn, &published, after_publish).await)
+            .await?;
+    }
     metrics::counter!("outbox_published_total").increment(published.len() as u64);
     tracing::Span::current().record("published", published.len());
 
@@ -192,7 +208,10 @@ async fn publish_batch(
         for (id, error) in &poison {
             tracing::warn!(outbox.id = %id, error.message = %error, "row failed to publish");
         }
-        let parked = store::record_poison(&mut leader.conn, &poison, settings.max_attempts).await?;
+        let max_attempts = settings.max_attempts;
+        let parked = leader
+            .run(async |conn| store::record_poison(conn, &poison, max_attempts).await)
+            .await?;
         for id in &parked {
             tracing::error!(outbox.id = %id, max_attempts = settings.max_attempts,
                 "row parked after repeated failures; the later rows of its aggregate wait until it is un-parked (docs/relay.md)");
@@ -204,7 +223,22 @@ async fn publish_batch(
             .increment(transient.len() as u64);
         tracing::warn!(rows = transient.len(), error.message = %transient[0].1,
             "the broker did not take the rows; they step aside and are retried with a backoff");
-        store::record_transient(&mut leader.conn, &transient, settings.max_backoff).await?;
+        let max_wait = settings.max_backoff;
+        leader
+            .run(async |conn| store::record_transient(conn, &transient, max_wait).await)
+            .await?;
+    }
+    if withheld > 0 {
+        // Not an error of the rows: they stay pending, untouched, and the
+        // next read finds them (or a new leader does).
+        metrics::counter!("relay_withheld_rows_total").increment(withheld as u64);
+        tracing::warn!(
+            rows = withheld,
+            "the lease ran short before these rows were sent; withheld them and renewing the lease"
+        );
+        if published.is_empty() {
+            return Ok(BatchOutcome::Fenced);
+        }
     }
     if published.is_empty() {
         return Ok(BatchOutcome::Failed);

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::http::{self, HttpState};
+use crate::leadership::Election;
 use crate::publisher::{self, Publisher};
 use crate::relay::{self, Backoff, RelaySettings, RelayStatus};
 use crate::store::{self, AfterPublish};
@@ -145,8 +146,11 @@ impl Application {
         });
 
         let settings = RelaySettings {
-            database: self.config.database_url.options.clone(),
-            lock_key: self.config.lock_key,
+            election: Election {
+                database: self.config.database_url.options.clone(),
+                lock_key: self.config.lock_key,
+                lease: self.config.lease,
+            },
             batch_size: self.config.batch_size,
             max_attempts: self.config.max_attempts,
             after_publish: if self.config.retain_published.is_some() {
@@ -157,6 +161,7 @@ impl Application {
             idle_poll_interval: self.config.poll_interval,
             failover_interval: self.config.failover_interval,
             max_backoff: self.config.max_backoff,
+            delivery_timeout: self.config.delivery_timeout,
         };
         relay::run(settings, self.publisher, status, token.clone()).await;
 

@@ -138,8 +138,6 @@ impl Endpoints {
                     "200ms",
                     "--max-backoff",
                     "1s",
-                    "--delivery-timeout",
-                    "10s",
                 ]);
                 if self.retain_published {
                     args.extend(list(&["--retain-published", "1d"]));

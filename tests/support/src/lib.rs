@@ -13,4 +13,5 @@ pub mod eventually; // the one retry-until-deadline helper
 pub mod kafka; // topics, record collection, the Java partitioner
 pub mod postgres; // private PostgreSQL clusters for restart tests
 pub mod process; // service binaries as child processes, signals, their logs
+pub mod proxy; // a TCP proxy a test can blackhole: a network partition
 pub mod raw; // records rdkafka cannot express: header names that are not UTF-8

@@ -125,10 +125,21 @@ impl RelayTest {
         extra: &[&str],
         envs: &[(&str, String)],
     ) -> RelayProcess {
+        self.start_relay_on(&self.database.url(), extra, envs)
+    }
+
+    /// The same, reaching this test's database at `database_url` (through
+    /// a proxy, say).
+    pub(crate) fn start_relay_on(
+        &self,
+        database_url: &str,
+        extra: &[&str],
+        envs: &[(&str, String)],
+    ) -> RelayProcess {
         let port = free_port();
         let mut args: Vec<String> = [
             "--database-url",
-            &self.database.url(),
+            database_url,
             "--bootstrap-servers",
             &self.bootstrap,
             "--http-addr",
@@ -205,24 +216,23 @@ impl RelayProcess {
     /// listening is waited for too).
     pub(crate) async fn wait_for_metric(&self, what: &str, line: &str, deadline: Duration) {
         eventually(what, deadline, || async {
-            let metrics = reqwest::get(format!("{}/metrics", self.http))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            metrics.contains(line).then_some(())
+            self.try_metrics().await?.contains(line).then_some(())
         })
         .await;
     }
 
     pub(crate) async fn metrics(&self) -> String {
+        self.try_metrics().await.unwrap()
+    }
+
+    /// /metrics, or `None` while the relay does not answer.
+    pub(crate) async fn try_metrics(&self) -> Option<String> {
         reqwest::get(format!("{}/metrics", self.http))
             .await
-            .unwrap()
+            .ok()?
             .text()
             .await
-            .unwrap()
+            .ok()
     }
 }
 
@@ -234,6 +244,9 @@ pub(crate) struct Delivery {
     pub(crate) lost: usize,
     /// Aggregates whose events were first delivered out of insert order.
     pub(crate) order_violations: usize,
+    /// Records, duplicates included, that came after a later event of their
+    /// aggregate: what a deposed leader sending stale rows would cause.
+    pub(crate) regressions: usize,
 }
 
 /// Compares the records with the ids that were inserted.
@@ -250,13 +263,22 @@ pub(crate) fn delivery(records: &[Record], inserted: &[Uuid]) -> Delivery {
         .iter()
         .filter(|id| !first_seen.contains(&id.to_string()))
         .count();
+    // Per aggregate, n never goes back, duplicates included.
+    let mut highest_n: HashMap<String, i64> = HashMap::new();
+    let mut regressions = 0;
+    for record in records {
+        let n = payload_n(record);
+        let highest = highest_n.entry(record.key_text()).or_insert(n);
+        if n < *highest {
+            regressions += 1;
+        }
+        *highest = (*highest).max(n);
+    }
     // Per aggregate, the n of first deliveries must increase.
     let mut last_n: HashMap<String, i64> = HashMap::new();
     let mut violations: HashSet<String> = HashSet::new();
     for record in &first_records {
-        let value: serde_json::Value =
-            serde_json::from_slice(record.value.as_deref().unwrap_or_default()).unwrap();
-        let n = value["n"].as_i64().unwrap_or(-1);
+        let n = payload_n(record);
         let key = record.key_text();
         if let Some(previous) = last_n.insert(key.clone(), n)
             && previous > n
@@ -269,5 +291,12 @@ pub(crate) fn delivery(records: &[Record], inserted: &[Uuid]) -> Delivery {
         duplicates: records.len() - first_records.len(),
         lost,
         order_violations: violations.len(),
+        regressions,
     }
+}
+
+fn payload_n(record: &Record) -> i64 {
+    let value: serde_json::Value =
+        serde_json::from_slice(record.value.as_deref().unwrap_or_default()).unwrap();
+    value["n"].as_i64().unwrap_or(-1)
 }

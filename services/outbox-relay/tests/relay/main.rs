@@ -8,6 +8,7 @@
 mod contract;
 mod crashes;
 mod environment;
+mod failover;
 mod failures;
 mod helpers;
 mod ordering;

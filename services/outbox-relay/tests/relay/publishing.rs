@@ -23,7 +23,8 @@ async fn every_committed_row_arrives_once_in_per_aggregate_order() {
             distinct: 2_000,
             duplicates: 0,
             lost: 0,
-            order_violations: 0
+            order_violations: 0,
+            regressions: 0,
         }
     );
     for record in &records {

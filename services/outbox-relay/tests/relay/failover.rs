@@ -1,0 +1,392 @@
+//! A leader that crashes, freezes, loses its database connection or blocks
+//! on a row lock, under load: a standby leads within the lease, the old
+//! leader sends nothing after it, and per aggregate nothing on the topic
+//! goes back in `seq` order.
+//!
+//! `FAILOVER_ROUNDS=5 FAILOVER_LEASE=10s` repeats each stall and prints the
+//! failover times (docs/benchmarks.md, "Relay failover").
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use test_support::eventually::eventually;
+use test_support::proxy::TcpProxy;
+
+use outbox_relay::leadership::{DEFAULT_LOCK_KEY, Election};
+use outbox_relay::publisher::{self, Outcome, Publisher};
+use outbox_relay::store;
+
+use crate::helpers::{RelayProcess, RelayTest, delivery};
+
+/// How the leader is taken out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stall {
+    /// SIGKILL: its sockets close.
+    Crash,
+    /// SIGSTOP while its read of pending rows is on its way back, then
+    /// SIGCONT once the standby leads: it wakes holding rows to send.
+    Freeze,
+    /// Its database connection stops carrying bytes; its sockets stay open.
+    Blackhole,
+}
+
+/// The lease the tests run with, unless FAILOVER_LEASE says otherwise.
+fn lease() -> Duration {
+    std::env::var("FAILOVER_LEASE")
+        .ok()
+        .map(|text| humantime::parse_duration(&text).unwrap())
+        .unwrap_or(Duration::from_secs(5))
+}
+
+fn rounds() -> usize {
+    std::env::var("FAILOVER_ROUNDS")
+        .ok()
+        .map(|text| text.parse().unwrap())
+        .unwrap_or(1)
+}
+
+/// Arguments with the lease and a delivery timeout that fits in it.
+fn lease_args(lease: Duration) -> Vec<String> {
+    let delivery_timeout = lease
+        .saturating_sub(Duration::from_secs(3))
+        .max(Duration::from_secs(1));
+    vec![
+        "--batch-size".into(),
+        "50".into(),
+        "--lease".into(),
+        humantime::format_duration(lease.max(delivery_timeout + Duration::from_secs(3)))
+            .to_string(),
+        "--delivery-timeout".into(),
+        humantime::format_duration(delivery_timeout).to_string(),
+    ]
+}
+
+async fn wait_for_role(relay: &RelayProcess, role: &str, what: &str, deadline: Duration) {
+    eventually(what, deadline, || async {
+        (relay.role().await.as_deref() == Some(role)).then_some(())
+    })
+    .await;
+}
+
+/// One stall under load; returns how long the standby took to lead.
+async fn fail_over(stall: Stall) -> Duration {
+    let test = RelayTest::new().await;
+    let lease = lease();
+    let args = lease_args(lease);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let database: url::Url = test.database.url().parse().unwrap();
+    let server = format!(
+        "{}:{}",
+        database.host_str().unwrap(),
+        database.port().unwrap_or(5432)
+    );
+    let proxy = TcpProxy::start(server.parse().unwrap()).await;
+    let leader = test.start_relay_on(&proxy.url_through(database.as_str()), &args, &[]);
+    wait_for_role(
+        &leader,
+        "leader",
+        "the first relay leads",
+        Duration::from_secs(30),
+    )
+    .await;
+    let standby = test.start_relay(&args);
+    wait_for_role(
+        &standby,
+        "standby",
+        "the second relay stands by",
+        Duration::from_secs(30),
+    )
+    .await;
+
+    let mut inserted = Vec::new();
+    let load = async {
+        // About 1 s before the stall, and on past the takeover.
+        let until = Instant::now() + lease * 2 + Duration::from_secs(4);
+        while Instant::now() < until {
+            inserted.extend(test.insert_events(10, 3).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let fault = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stalled_at = match stall {
+            Stall::Crash => {
+                leader.service.signal(Signal::SIGKILL);
+                Instant::now()
+            }
+            Stall::Freeze => {
+                let lock = hold_the_leader_in_its_read(&test).await;
+                leader.service.signal(Signal::SIGSTOP);
+                lock.commit().await.unwrap();
+                Instant::now()
+            }
+            Stall::Blackhole => {
+                proxy.blackhole();
+                Instant::now()
+            }
+        };
+        wait_for_role(&standby, "leader", "the standby takes over", lease * 3).await;
+        let took = stalled_at.elapsed();
+        if stall == Stall::Freeze {
+            // Rows flow through the new leader before the old one wakes.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            leader.service.signal(Signal::SIGCONT);
+            wait_for_role(&leader, "standby", "the woken leader stands by", lease * 2).await;
+        }
+        took
+    };
+    let ((), took) = tokio::join!(load, fault);
+
+    test.wait_until_drained(Duration::from_secs(120)).await;
+    let records = test
+        .reader()
+        .read_at_least(inserted.len(), Duration::from_secs(60))
+        .await;
+    let result = delivery(&records, &inserted);
+    println!(
+        "failover after {stall:?}: took={:.2}s lease={lease:?} {result:?}",
+        took.as_secs_f64()
+    );
+    assert_eq!(result.lost, 0);
+    assert_eq!(result.order_violations, 0);
+    assert_eq!(
+        result.regressions, 0,
+        "a record came after a later one of its aggregate: the old leader sent after the takeover"
+    );
+    // The bound the lease promises (a crash needs no lease: the socket
+    // closes), with room for a loaded machine.
+    let bound = match stall {
+        Stall::Crash => Duration::from_secs(5),
+        Stall::Freeze | Stall::Blackhole => lease + Duration::from_secs(5),
+    };
+    assert!(took <= bound, "failover took {took:?}, more than {bound:?}");
+    if stall != Stall::Crash {
+        let metrics = standby.metrics().await;
+        assert!(
+            metrics.contains("relay_leaders_deposed_total 1"),
+            "the standby did not depose the stalled leader:\n{metrics}"
+        );
+    }
+    if stall == Stall::Freeze {
+        // It woke with the answer to its read in its socket. Whichever it
+        // saw first, the answer or its own lease timeout, it stepped down
+        // without sending (either way the regression check above holds; the
+        // send fence alone is tested below, where the race is not).
+        let log = leader.service.log();
+        assert!(
+            log.contains("withheld them") || log.contains("did not answer within the lease"),
+            "the woken leader did not notice it had lost the lease:\n{log}"
+        );
+    }
+    standby.service.terminate(Duration::from_secs(30)).await;
+    leader.service.kill().await;
+    took
+}
+
+fn metric_value(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+/// Locks the outbox table until the leader's read of pending rows waits on
+/// it; returns the lock. Committing it lets the read finish: its rows are
+/// then on their way to the leader.
+async fn hold_the_leader_in_its_read(
+    test: &RelayTest,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    loop {
+        let mut lock = test.pool.begin().await.unwrap();
+        sqlx::query("lock table outbox in access exclusive mode")
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+        // The waiting statement may be the leader's delete, or the test's
+        // own insert; only its read will do.
+        let waiting = eventually(
+            "a statement waits on the lock",
+            Duration::from_secs(10),
+            || async {
+                let queries: Vec<String> = sqlx::query_scalar(
+                    "select query from pg_stat_activity
+                 where datname = current_database() and wait_event_type = 'Lock'",
+                )
+                .fetch_all(&test.pool)
+                .await
+                .unwrap();
+                (!queries.is_empty()).then_some(queries)
+            },
+        )
+        .await;
+        if waiting
+            .iter()
+            .any(|query| query.starts_with("select * from ("))
+        {
+            return lock;
+        }
+        lock.rollback().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn fail_over_rounds(stall: Stall) {
+    let mut took: Vec<f64> = Vec::new();
+    for _ in 0..rounds() {
+        took.push(fail_over(stall).await.as_secs_f64());
+    }
+    took.sort_by(f64::total_cmp);
+    println!(
+        "failover {stall:?}: rounds={} median={:.2}s max={:.2}s all={took:.2?}",
+        took.len(),
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_leader_is_replaced_within_one_failover_interval() {
+    fail_over_rounds(Stall::Crash).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_leader_is_deposed_within_the_lease_and_sends_nothing_when_it_wakes() {
+    fail_over_rounds(Stall::Freeze).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_cut_off_from_the_database_is_deposed_within_the_lease() {
+    fail_over_rounds(Stall::Blackhole).await;
+}
+
+/// Before the lease, a leader waiting on a row lock kept leadership for as
+/// long as the lock was held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_blocked_on_a_row_lock_is_deposed_within_the_lease() {
+    let test = RelayTest::new().await;
+    let lease = lease();
+    let args = lease_args(lease);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let inserted = test.insert_events(10, 3).await;
+    let mut lock = test.pool.begin().await.unwrap();
+    sqlx::query("select id from outbox for update")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let leader = test.start_relay(&args);
+    eventually(
+        "the leader blocks on the locked rows",
+        Duration::from_secs(30),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity
+             where datname = current_database() and wait_event_type = 'Lock'",
+            )
+            .fetch_one(&test.pool)
+            .await
+            .unwrap();
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    let blocked_at = Instant::now();
+    let standby = test.start_relay(&args);
+    // Either may take over: the blocked leader gives up after the lease and
+    // competes again; its stuck session is deposed by whichever comes first.
+    eventually("a relay deposes the blocked session", lease * 3, || async {
+        let mut deposed = 0.0;
+        for relay in [&leader, &standby] {
+            // A relay still starting has no /metrics yet.
+            let metrics = relay.try_metrics().await.unwrap_or_default();
+            deposed += metric_value(&metrics, "relay_leaders_deposed_total");
+        }
+        (deposed > 0.0).then_some(())
+    })
+    .await;
+    let took = blocked_at.elapsed();
+    lock.rollback().await.unwrap();
+
+    test.wait_until_drained(Duration::from_secs(60)).await;
+    let records = test
+        .reader()
+        .read_at_least(inserted.len(), Duration::from_secs(60))
+        .await;
+    let result = delivery(&records, &inserted);
+    println!(
+        "failover from a blocked leader: took={:.2}s {result:?}",
+        took.as_secs_f64()
+    );
+    assert_eq!(result.lost, 0);
+    assert_eq!(result.regressions, 0);
+    assert!(
+        took <= lease + Duration::from_secs(5),
+        "failover took {took:?}"
+    );
+    standby.service.terminate(Duration::from_secs(30)).await;
+    leader.service.kill().await;
+}
+
+/// The fence on its own: a leader that read rows, then stalled past its
+/// lease while a standby deposed it and published everything, sends none of
+/// the rows it holds. (In the relay the stall can come anywhere; here it
+/// comes exactly between the read and the send.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
+    let test = RelayTest::new().await;
+    let inserted = test.insert_events(10, 2).await;
+    let lease = Duration::from_secs(4);
+    let delivery_timeout = Duration::from_secs(1);
+    let election = Election {
+        database: test.database.url().parse().unwrap(),
+        lock_key: DEFAULT_LOCK_KEY,
+        lease,
+    };
+    let mut leader = election
+        .try_lead()
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    let rows = leader
+        .run(async |conn| store::fetch_pending(conn, 100).await)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 10, "one row per aggregate");
+
+    // The stall: a standby deposes this session and publishes every row,
+    // the second row of each aggregate included.
+    let standby = test.start_relay(&["--lease", "4s", "--delivery-timeout", "1s"]);
+    test.wait_until_drained(Duration::from_secs(60)).await;
+
+    let mut config = rdkafka::ClientConfig::new();
+    config.set("bootstrap.servers", &test.bootstrap);
+    for (key, value) in publisher::producer_settings(delivery_timeout) {
+        config.set(key, value);
+    }
+    let mut publisher = Publisher::new(config).unwrap();
+    let outcomes = publisher
+        .publish(&rows, leader.send_deadline(delivery_timeout))
+        .await;
+    assert!(
+        outcomes.iter().all(|outcome| *outcome == Outcome::Withheld),
+        "{outcomes:?}"
+    );
+    assert!(
+        leader
+            .run(async |conn| store::fetch_pending(conn, 1).await)
+            .await
+            .is_err(),
+        "the deposed session still answers"
+    );
+
+    let records = test
+        .reader()
+        .read_at_least(inserted.len(), Duration::from_secs(60))
+        .await;
+    let result = delivery(&records, &inserted);
+    assert_eq!(
+        (result.lost, result.duplicates, result.regressions),
+        (0, 0, 0),
+        "{result:?}"
+    );
+    standby.service.terminate(Duration::from_secs(30)).await;
+}
