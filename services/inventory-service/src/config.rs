@@ -10,7 +10,7 @@ use service_support::config::{
 };
 use time::OffsetDateTime;
 
-use crate::consumer::DltReason;
+use idempotent_consumer::DltReason;
 
 /// The inventory service: consumes pedido.eventos and reserves stock. With a
 /// subcommand, a tool for the dead-letter topic or the processed table.

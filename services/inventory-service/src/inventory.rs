@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::consumer::Claimed;
 use crate::event::{OrderPlaced, Sku};
+use idempotent_consumer::Claimed;
 
 /// Stock of one sku.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

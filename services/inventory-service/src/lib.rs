@@ -1,7 +1,7 @@
 //! The inventory service: consumes `pedido.eventos` idempotently and
 //! reserves stock in the same transaction as the message's dedupe row.
 //!
-//! A record flows: [`consumer`] (poll loop → partition worker → pipeline:
+//! A record flows: [`idempotent_consumer`] (poll loop → partition worker → pipeline:
 //! parse, then one transaction that inserts `(consumidor, mensagem_id)`
 //! first and hands the claimed messages to the handler) → [`reserving`]
 //! (the handler) → [`inventory`] (the reservation, all or nothing).
@@ -13,7 +13,6 @@
 
 pub mod admin; // dlt list, show and redrive; retention: data for the CLI
 pub mod config; // environment, flags and subcommands
-pub mod consumer; // the idempotent consumer; knows no inventory
 pub mod event; // PedidoCriado, its parser and domain types (Sku)
 pub mod http; // stock and reservation API, health, metrics
 pub mod inventory; // stock and reservations in PostgreSQL

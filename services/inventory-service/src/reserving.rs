@@ -4,9 +4,9 @@
 
 use sqlx::PgConnection;
 
-use crate::consumer::{Claimed, Handler, InvalidMessage, Record};
 use crate::event::{self, CONSUMER_NAME, OrderPlaced};
 use crate::inventory;
+use idempotent_consumer::{Claimed, Handler, InvalidMessage, Record};
 
 /// Reserves stock for each order placed.
 #[derive(Debug, Clone, Copy, Default)]

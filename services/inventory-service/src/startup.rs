@@ -14,14 +14,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Common, ServeArgs};
-use crate::consumer::{
-    self, Circuit, ConsumerError, Database, DltProducer, Health, Pipeline, RetryPolicy,
-};
 use crate::event::CONSUMER_NAME;
 use crate::http::{self, AppState};
 use crate::reserving::Reserving;
 use crate::retention::{self, RetentionError};
 use crate::topics::{self, TopicError};
+use idempotent_consumer::{
+    Circuit, ConsumerError, Database, DltProducer, Health, Pipeline, RetryPolicy,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -197,7 +197,7 @@ async fn consume(
         ))
     });
     let producer: FutureProducer =
-        kafka_config(common, &consumer::producer_settings())?.create()?;
+        kafka_config(common, &idempotent_consumer::producer_settings())?.create()?;
     let pipeline = Pipeline {
         handler: Reserving,
         database: Arc::clone(health.database()),
@@ -211,7 +211,7 @@ async fn consume(
         health,
         consuming: token.child_token(),
     };
-    let settings = consumer::Settings {
+    let settings = idempotent_consumer::Settings {
         topic: common.topic.clone(),
         group: common.group.clone(),
         revoke_grace: serve.revoke_grace,
@@ -220,9 +220,13 @@ async fn consume(
     };
     let consumer_config = kafka_config(
         common,
-        &consumer::consumer_settings(&common.group, CONSUMER_NAME, serve.session_timeout),
+        &idempotent_consumer::consumer_settings(
+            &common.group,
+            CONSUMER_NAME,
+            serve.session_timeout,
+        ),
     )?;
-    consumer::run(settings, consumer_config, pipeline, token.clone()).await?;
+    idempotent_consumer::run(settings, consumer_config, pipeline, token.clone()).await?;
     if let Some(task) = retention_task {
         let _ = task.await;
     }

@@ -9,8 +9,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use time::OffsetDateTime;
 
 use crate::config::DltFilter;
-use crate::consumer::{DltInfo, Record};
 use crate::topics;
+use idempotent_consumer::{DltInfo, Record};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

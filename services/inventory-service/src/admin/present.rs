@@ -9,7 +9,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::dlt_read::{DltRead, Expired, dead_lettered_at};
 use super::redrive::{RedriveStep, RedriveSummary};
-use crate::consumer::{DltInfo, Record, decode_header};
+use idempotent_consumer::{DltInfo, Record, decode_header};
 
 /// Prints a line; false once stdout is gone.
 fn out(line: std::fmt::Arguments<'_>) -> bool {

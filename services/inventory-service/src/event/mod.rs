@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::consumer::{DltReason, InvalidMessage, Record, quote};
+use idempotent_consumer::{DltReason, InvalidMessage, Record, quote};
 pub use sku::{SKU_PATTERN, Sku};
 
 /// The `consumidor` value in `mensagem_processada`.
@@ -136,7 +136,7 @@ mod tests {
     use rdkafka::Timestamp;
 
     use super::*;
-    use crate::consumer::Header;
+    use idempotent_consumer::Header;
 
     const ORDER: &str = "0190f5d2-7c1e-7000-8000-000000000042";
     const ID: &str = "0190f5d2-7c1e-7000-8000-0000000000a1";

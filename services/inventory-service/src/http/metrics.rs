@@ -41,7 +41,7 @@ pub fn recorder() -> PrometheusHandle {
         metrics::describe_counter!("retention_deleted_total", "mensagem_processada rows deleted by retention");
         // Every series exists from the start, at zero, so that rate() and
         // increase() in alerts see the first event instead of a new series.
-        for reason in crate::consumer::DltReason::ALL {
+        for reason in idempotent_consumer::DltReason::ALL {
             metrics::counter!("consumer_dlt_total", "reason" => reason.as_str()).absolute(0);
         }
         metrics::counter!("consumer_duplicates_total").absolute(0);

@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 
 pub use metrics::recorder as metrics_recorder;
 
-use crate::consumer::Health;
+use idempotent_consumer::Health;
 
 /// What every handler may use.
 #[derive(Clone, Debug)]

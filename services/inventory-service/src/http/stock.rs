@@ -47,7 +47,7 @@ fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<Sku, ApiEr
         parameter: "sku",
         reason: format!(
             "{} does not match {SKU_PATTERN}",
-            crate::consumer::quote(&text)
+            idempotent_consumer::quote(&text)
         ),
     })
 }

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use inventory_service::consumer::{
-    self, Circuit, Claimed, ConsumerError, Database, DltProducer, Handler, Health, Pipeline,
-    Record, RetryPolicy,
+use idempotent_consumer::{
+    Circuit, Claimed, ConsumerError, Database, DltProducer, Handler, Health, Pipeline, Record,
+    RetryPolicy,
 };
 use rdkafka::ClientConfig;
 use sqlx::PgConnection;
@@ -40,7 +40,9 @@ impl InProcess {
             handler,
             database: Arc::clone(health.database()),
             dlt: DltProducer {
-                producer: client(&consumer::producer_settings()).create().unwrap(),
+                producer: client(&idempotent_consumer::producer_settings())
+                    .create()
+                    .unwrap(),
                 topic: test.dlt.clone(),
                 group: test.group.clone(),
                 health: health.clone(),
@@ -49,19 +51,24 @@ impl InProcess {
             health: health.clone(),
             consuming: shutdown.child_token(),
         };
-        let settings = consumer::Settings {
+        let settings = idempotent_consumer::Settings {
             topic: test.topic.clone(),
             group: test.group.clone(),
             revoke_grace: Duration::from_secs(10),
             lag_interval: Duration::from_secs(5),
             max_batch: 1,
         };
-        let config = client(&consumer::consumer_settings(
+        let config = client(&idempotent_consumer::consumer_settings(
             &test.group,
             "test",
             Duration::from_secs(6),
         ));
-        let running = tokio::spawn(consumer::run(settings, config, pipeline, shutdown.clone()));
+        let running = tokio::spawn(idempotent_consumer::run(
+            settings,
+            config,
+            pipeline,
+            shutdown.clone(),
+        ));
         Self {
             health,
             shutdown,

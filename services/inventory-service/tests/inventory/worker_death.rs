@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use inventory_service::consumer::{Claimed, Handler, InvalidMessage, Record};
+use idempotent_consumer::{Claimed, Handler, InvalidMessage, Record};
 use sqlx::PgConnection;
 use test_support::eventually::eventually;
 use uuid::Uuid;

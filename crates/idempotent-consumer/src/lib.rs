@@ -3,6 +3,23 @@
 //! it a [`Handler`] (how to parse a record, how to apply messages inside the
 //! transaction it is handed) and the consumer does the rest.
 //!
+//! What a service brings:
+//! - in its database, `mensagem_processada (consumidor text, mensagem_id
+//!   uuid, primary key (consumidor, mensagem_id))`: the dedupe rows, inserted
+//!   first in the same transaction as the handler's effect;
+//! - a [`Handler`]: its `consumer_name`, `parse` (a [`Record`] to a message,
+//!   or an [`InvalidMessage`] with its [`DltReason`]) and `apply` (the
+//!   [`Claimed`] messages, inside the transaction it is handed);
+//! - a [`Pipeline`] of that handler with a [`Database`] (the pool and its
+//!   availability), a [`RetryPolicy`], a [`DltProducer`] (built with
+//!   [`producer_settings`]) and a [`Health`] (over a [`Circuit`]);
+//! - then [`run`] with [`Settings`] and a client built with
+//!   [`consumer_settings`], until its token is cancelled.
+//!
+//! The dead-letter format ([`dlt`]: [`DeadLetter`], [`DltInfo`],
+//! [`decode_header`], [`message_headers`], [`REDRIVEN_FROM`]) is public for
+//! the DLT tools that list, show and redrive dead letters.
+//!
 //! Reading order, as a record flows:
 //! - [`poller`]: the poll loop on its own thread hands each record to its
 //!   partition's worker and tends the assignments (pauses, restarts);

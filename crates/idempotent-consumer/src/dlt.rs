@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(header(&dead, EXCEPTION_MESSAGE), b"value is not JSON");
         assert_eq!(
             header(&dead, EXCEPTION_FQCN),
-            b"inventory_service::consumer::failure::InvalidMessage"
+            b"idempotent_consumer::failure::InvalidMessage"
         );
         assert_eq!(header(&dead, REASON), b"invalid-json");
         assert_eq!(header(&dead, ATTEMPTS), b"1");
