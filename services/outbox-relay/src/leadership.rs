@@ -35,6 +35,7 @@
 //! relay publishes far faster than orders are written (docs/benchmarks.md).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnectOptions;
@@ -150,14 +151,19 @@ impl Election {
                 Ok(true)
             }
             Some((pid, None, _)) => {
-                tracing::warn!(
-                    leader.pid = pid,
-                    "cannot see the leader's session activity: a stalled leader cannot be deposed (run every relay as the same role, or grant pg_read_all_stats and pg_signal_backend)"
-                );
+                // Once per process: a standby asks every failover interval.
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        leader.pid = pid,
+                        "cannot see the leader's session activity: a stalled leader cannot be deposed (run every relay as the same role, or grant pg_read_all_stats and pg_signal_backend)"
+                    );
+                }
                 Ok(false)
             }
-            // A fresh leader, or the lock was just released: try again.
+            // The leader is alive and well.
             Some((_, Some(_), None)) => Ok(false),
+            // The lock was released since it was tried: try again.
             None => Ok(true),
         }
     }
