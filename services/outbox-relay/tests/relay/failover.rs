@@ -15,6 +15,7 @@ use test_support::proxy::TcpProxy;
 use outbox_relay::leadership::{DEFAULT_LOCK_KEY, Election};
 use outbox_relay::publisher::{self, Outcome, Publisher};
 use outbox_relay::store;
+use sqlx::Connection;
 
 use crate::helpers::{RelayProcess, RelayTest, delivery};
 
@@ -137,12 +138,7 @@ async fn fail_over(stall: Stall) -> Duration {
     };
     let ((), took) = tokio::join!(load, fault);
 
-    test.wait_until_drained(Duration::from_secs(120)).await;
-    let records = test
-        .reader()
-        .read_at_least(inserted.len(), Duration::from_secs(60))
-        .await;
-    let result = delivery(&records, &inserted);
+    let result = test.delivery_once_drained(&inserted).await;
     println!(
         "failover after {stall:?}: took={:.2}s lease={lease:?} {result:?}",
         took.as_secs_f64()
@@ -306,12 +302,7 @@ async fn a_leader_blocked_on_a_row_lock_is_deposed_within_the_lease() {
     let took = blocked_at.elapsed();
     lock.rollback().await.unwrap();
 
-    test.wait_until_drained(Duration::from_secs(60)).await;
-    let records = test
-        .reader()
-        .read_at_least(inserted.len(), Duration::from_secs(60))
-        .await;
-    let result = delivery(&records, &inserted);
+    let result = test.delivery_once_drained(&inserted).await;
     println!(
         "failover from a blocked leader: took={:.2}s {result:?}",
         took.as_secs_f64()
@@ -389,4 +380,89 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
         "{result:?}"
     );
     standby.service.terminate(Duration::from_secs(30)).await;
+}
+
+/// Deposing needs to see the holder's session: a standby running as
+/// another role without `pg_read_all_stats` cannot, says so once and leaves
+/// the holder alone; granted the two roles docs/relay.md names, it deposes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_that_cannot_see_the_leader_says_so_and_deposes_once_granted() {
+    let test = RelayTest::new().await;
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let (holder, standby_role) = (
+        format!("relay_holder_{suffix}"),
+        format!("relay_standby_{suffix}"),
+    );
+    for role in [&holder, &standby_role] {
+        sqlx::query(&format!("create role {role} login"))
+            .execute(&test.pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query(&format!(
+        "grant select, update, delete on outbox to {standby_role}"
+    ))
+    .execute(&test.pool)
+    .await
+    .unwrap();
+    let url_as = |role: &str| {
+        let mut url: url::Url = test.database.url().parse().unwrap();
+        url.set_username(role).unwrap();
+        url.to_string()
+    };
+
+    // A leader of another role that stalls with the lock.
+    let mut stalled = sqlx::PgConnection::connect(&url_as(&holder)).await.unwrap();
+    sqlx::query("select pg_advisory_lock($1)")
+        .bind(DEFAULT_LOCK_KEY)
+        .execute(&mut stalled)
+        .await
+        .unwrap();
+    let standby = test.start_relay_on(
+        &url_as(&standby_role),
+        &["--lease", "4s", "--delivery-timeout", "1s", "--no-migrate"],
+        &[],
+    );
+    wait_for_role(
+        &standby,
+        "standby",
+        "the relay stands by",
+        Duration::from_secs(30),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(standby.role().await.as_deref(), Some("standby"));
+    let warning = "cannot see the leader's session activity";
+    assert_eq!(standby.service.log().matches(warning).count(), 1);
+
+    sqlx::query(&format!(
+        "grant pg_read_all_stats, pg_signal_backend to {standby_role}"
+    ))
+    .execute(&test.pool)
+    .await
+    .unwrap();
+    wait_for_role(
+        &standby,
+        "leader",
+        "the granted standby deposes and leads",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(
+        stalled.ping().await.is_err(),
+        "the stalled session was not ended"
+    );
+    assert_eq!(standby.service.log().matches(warning).count(), 1);
+
+    standby.service.terminate(Duration::from_secs(30)).await;
+    for role in [&holder, &standby_role] {
+        sqlx::query(&format!("drop owned by {role}"))
+            .execute(&test.pool)
+            .await
+            .unwrap();
+        sqlx::query(&format!("drop role {role}"))
+            .execute(&test.pool)
+            .await
+            .unwrap();
+    }
 }

@@ -185,6 +185,17 @@ impl RelayTest {
         .await;
     }
 
+    /// Waits until the outbox drains, reads the topic until every row of
+    /// `inserted` may be there, and says how they arrived.
+    pub(crate) async fn delivery_once_drained(&self, inserted: &[Uuid]) -> Delivery {
+        self.wait_until_drained(Duration::from_secs(120)).await;
+        let records = self
+            .reader()
+            .read_at_least(inserted.len(), Duration::from_secs(60))
+            .await;
+        delivery(&records, inserted)
+    }
+
     pub(crate) fn reader(&self) -> TopicReader {
         TopicReader::new(&self.bootstrap, &self.topic)
     }
