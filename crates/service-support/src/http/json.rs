@@ -161,3 +161,71 @@ mod tests {
         assert_eq!(pointer(error.path()), "/items/1/quantity");
     }
 }
+
+/// `#[serde(deserialize_with = "json_integer")]` for an integer field: JSON
+/// Schema's `integer` includes numbers written with a zero fraction (`2.0`),
+/// so a body the OpenAPI document allows must not be refused for it. Any
+/// other fraction, or a value out of `i64`'s range, is refused.
+pub fn json_integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    use serde::de::{Error, Unexpected, Visitor};
+
+    struct Integer;
+    impl Visitor<'_> for Integer {
+        type Value = i64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_i64<E: Error>(self, value: i64) -> Result<i64, E> {
+            Ok(value)
+        }
+        fn visit_u64<E: Error>(self, value: u64) -> Result<i64, E> {
+            i64::try_from(value).map_err(|_| E::invalid_value(Unexpected::Unsigned(value), &self))
+        }
+        fn visit_f64<E: Error>(self, value: f64) -> Result<i64, E> {
+            // i64::MAX is not exactly representable; 2^63 is the first f64 past it.
+            const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+            if value.fract() == 0.0 && (-LIMIT..LIMIT).contains(&value) {
+                #[allow(clippy::cast_possible_truncation)]
+                Ok(value as i64)
+            } else {
+                Err(E::invalid_value(Unexpected::Float(value), &self))
+            }
+        }
+    }
+    deserializer.deserialize_any(Integer)
+}
+
+#[cfg(test)]
+mod integer_tests {
+    use super::json_integer;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Body {
+        #[serde(deserialize_with = "json_integer")]
+        n: i64,
+    }
+
+    fn parse(text: &str) -> Option<i64> {
+        serde_json::from_str::<Body>(text).ok().map(|body| body.n)
+    }
+
+    #[test]
+    fn integers_with_or_without_a_zero_fraction_are_accepted() {
+        assert_eq!(parse(r#"{"n": 205}"#), Some(205));
+        assert_eq!(parse(r#"{"n": 205.0}"#), Some(205));
+        assert_eq!(parse(r#"{"n": -3e2}"#), Some(-300));
+    }
+
+    #[test]
+    fn fractions_strings_and_huge_numbers_are_refused() {
+        for text in [
+            r#"{"n": 2.5}"#,
+            r#"{"n": "2"}"#,
+            r#"{"n": 1e19}"#,
+            r#"{"n": 9223372036854775808}"#,
+            r#"{"n": null}"#,
+        ] {
+            assert_eq!(parse(text), None, "{text}");
+        }
+    }
+}

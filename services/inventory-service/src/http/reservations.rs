@@ -32,7 +32,7 @@ pub(super) struct ReservationItem {
     get,
     path = "/reservations/{orderId}",
     tag = "reservations",
-    params(("orderId" = String, Path, description = "The order id (UUID)")),
+    params(("orderId" = String, Path, description = "The order id (UUID)", format = Uuid)),
     responses(
         (status = 200, description = "The outcome", body = ReservationResponse),
         (status = 400, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),

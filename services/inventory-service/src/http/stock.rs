@@ -17,6 +17,7 @@ const MAX_AVAILABLE: i64 = 1_000_000_000;
 pub(super) struct SetStock {
     /// Units free to reserve, 0 to 1 000 000 000.
     #[schema(example = 10, minimum = 0, maximum = 1_000_000_000)]
+    #[serde(deserialize_with = "service_support::http::json_integer")]
     available: i64,
 }
 

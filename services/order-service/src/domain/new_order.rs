@@ -10,8 +10,14 @@ use super::{CustomerId, FieldError, Quantity, Sku};
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OrderRequest {
-    /// The customer placing the order: 1 to 128 characters.
-    #[schema(example = "c-42", min_length = 1, max_length = 128)]
+    /// The customer placing the order: 1 to 128 characters, not only
+    /// white space, no control characters.
+    #[schema(
+        example = "c-42",
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     pub customer_id: String,
     /// 1 to 100 items, each sku at most once.
     #[schema(min_items = 1, max_items = 100)]
@@ -24,6 +30,7 @@ pub struct OrderRequestItem {
     #[schema(example = "ABC-1", pattern = "^[A-Z0-9-]{1,64}$")]
     pub sku: String,
     #[schema(example = 2, minimum = 1, maximum = 10000)]
+    #[serde(deserialize_with = "service_support::http::json_integer")]
     pub quantity: i64,
 }
 

@@ -110,7 +110,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
     tag = "orders",
     request_body(content = OrderRequest, content_type = "application/json"),
     params(
-        ("Idempotency-Key" = Option<String>, Header,
+        ("Idempotency-Key" = Option<String>, Header, pattern = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$", max_length = 255,
             description = "1 to 255 printable ASCII characters; the same key with the same body replays the original response"),
         ("traceparent" = Option<String>, Header,
             description = "W3C Trace Context; a valid one travels with the event to Kafka, an invalid one is ignored"),
@@ -184,7 +184,7 @@ pub(super) async fn create_order(
     get,
     path = "/orders/{id}",
     tag = "orders",
-    params(("id" = String, Path, description = "The order id (UUID)")),
+    params(("id" = String, Path, description = "The order id (UUID)", format = Uuid)),
     responses(
         (status = 200, description = "The order", body = OrderResponse),
         (status = 400, description = "The id is not a UUID", body = Problem, content_type = "application/problem+json"),

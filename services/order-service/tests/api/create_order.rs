@@ -125,3 +125,23 @@ async fn unknown_and_malformed_order_ids_get_404_and_400() {
         .await
         .assert_problem(400, "/problems/invalid-id");
 }
+
+/// JSON Schema's `integer` (the OpenAPI document's type for `quantity`)
+/// includes `2.0`; before, the body was refused with 422 ("invalid type:
+/// floating point `2.0`, expected i64"), found by schemathesis.
+#[tokio::test]
+async fn a_quantity_written_with_a_zero_fraction_is_an_integer() {
+    let app = spawn_app().await;
+
+    let created = app
+        .post_order(&serde_json::json!({"customerId": "c-42", "items": [{"sku": "ABC-1", "quantity": 2.0}]}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.body["items"][0]["quantity"], 2);
+
+    let refused = app
+        .post_order(&serde_json::json!({"customerId": "c-42", "items": [{"sku": "ABC-1", "quantity": 2.5}]}))
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(refused.body["errors"][0]["pointer"], "#/items/0/quantity");
+}
