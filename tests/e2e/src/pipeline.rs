@@ -11,7 +11,7 @@ use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::create_topic;
 use test_support::postgres::PrivatePostgres;
-use test_support::process::{Service, free_port};
+use test_support::process::{RELAY_QUICK_FLAGS, Service, free_port};
 
 pub const TOPIC: &str = "pedido.eventos";
 pub const DLT: &str = "pedido.eventos.dlt";
@@ -64,12 +64,7 @@ impl Running {
             .text()
             .await
             .ok()?;
-        Some(
-            text.lines()
-                .filter(|line| line.starts_with(prefix))
-                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum(),
-        )
+        Some(test_support::metrics::sum(&text, prefix))
     }
 }
 
@@ -132,13 +127,8 @@ impl Endpoints {
                     &self.broker,
                     "--http-addr",
                     http,
-                    "--poll-interval",
-                    "20ms",
-                    "--failover-interval",
-                    "200ms",
-                    "--max-backoff",
-                    "1s",
                 ]);
+                args.extend(list(RELAY_QUICK_FLAGS));
                 if self.retain_published {
                     args.extend(list(&["--retain-published", "1d"]));
                 }

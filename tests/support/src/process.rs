@@ -6,6 +6,17 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+/// The flags that make the outbox relay react quickly in tests: short idle
+/// polls, failover tries and backoffs.
+pub const RELAY_QUICK_FLAGS: &[&str] = &[
+    "--poll-interval",
+    "20ms",
+    "--failover-interval",
+    "200ms",
+    "--max-backoff",
+    "1s",
+];
+
 /// A child process of the test, killed (SIGKILL) if still running on drop.
 /// Its standard output and error go to a log file of its own, which a test
 /// may read ([`Service::log`]); with TEST_LOG set, the log is also printed

@@ -327,12 +327,7 @@ impl InventoryProcess {
 
     /// The value of a metric line that starts with `prefix` (0 when absent).
     pub(crate) async fn metric(&self, prefix: &str) -> f64 {
-        self.metrics()
-            .await
-            .lines()
-            .filter(|line| line.starts_with(prefix))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        test_support::metrics::sum(&self.metrics().await, prefix)
     }
 
     /// Waits until this consumer owns at least one partition.

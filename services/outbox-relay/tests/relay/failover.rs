@@ -48,15 +48,16 @@ fn rounds() -> usize {
 
 /// Arguments with the lease and a delivery timeout that fits in it.
 fn lease_args(lease: Duration) -> Vec<String> {
+    // The relay takes a lease of at least the delivery timeout + 3 s.
     let delivery_timeout = lease
-        .saturating_sub(Duration::from_secs(3))
-        .max(Duration::from_secs(1));
+        .checked_sub(Duration::from_secs(3))
+        .filter(|timeout| *timeout >= Duration::from_secs(1))
+        .expect("FAILOVER_LEASE is at least 4s");
     vec![
         "--batch-size".into(),
         "50".into(),
         "--lease".into(),
-        humantime::format_duration(lease.max(delivery_timeout + Duration::from_secs(3)))
-            .to_string(),
+        humantime::format_duration(lease).to_string(),
         "--delivery-timeout".into(),
         humantime::format_duration(delivery_timeout).to_string(),
     ]
@@ -179,13 +180,6 @@ async fn fail_over(stall: Stall) -> Duration {
     took
 }
 
-fn metric_value(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
-}
-
 /// Locks the outbox table until the leader's read of pending rows waits on
 /// it; returns the lock. Committing it lets the read finish: its rows are
 /// then on their way to the leader.
@@ -292,9 +286,7 @@ async fn a_leader_blocked_on_a_row_lock_is_deposed_within_the_lease() {
     eventually("a relay deposes the blocked session", lease * 3, || async {
         let mut deposed = 0.0;
         for relay in [&leader, &standby] {
-            // A relay still starting has no /metrics yet.
-            let metrics = relay.try_metrics().await.unwrap_or_default();
-            deposed += metric_value(&metrics, "relay_leaders_deposed_total");
+            deposed += relay.metric("relay_leaders_deposed_total").await;
         }
         (deposed > 0.0).then_some(())
     })

@@ -6,7 +6,7 @@ use sqlx::PgPool;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic};
-use test_support::process::{Service, free_port};
+use test_support::process::{RELAY_QUICK_FLAGS, Service, free_port};
 use uuid::Uuid;
 
 pub(crate) const RELAY: &str = env!("CARGO_BIN_EXE_outbox-relay");
@@ -146,14 +146,9 @@ impl RelayTest {
             &format!("127.0.0.1:{port}"),
             "--topics",
             &self.topic,
-            "--poll-interval",
-            "20ms",
-            "--failover-interval",
-            "200ms",
-            "--max-backoff",
-            "1s",
         ]
         .iter()
+        .chain(RELAY_QUICK_FLAGS)
         .map(|s| (*s).to_owned())
         .collect();
         args.extend(extra.iter().map(|s| (*s).to_owned()));
@@ -234,6 +229,14 @@ impl RelayProcess {
 
     pub(crate) async fn metrics(&self) -> String {
         self.try_metrics().await.unwrap()
+    }
+
+    /// The sum of the metric lines that start with `prefix`; 0 while the
+    /// relay does not answer yet (a relay still starting).
+    pub(crate) async fn metric(&self, prefix: &str) -> f64 {
+        self.try_metrics()
+            .await
+            .map_or(0.0, |text| test_support::metrics::sum(&text, prefix))
     }
 
     /// /metrics, or `None` while the relay does not answer.
