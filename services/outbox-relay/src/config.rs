@@ -14,7 +14,8 @@ use crate::leadership::{DEFAULT_LOCK_KEY, SEND_MARGIN};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "outbox-relay", version, about)]
 pub struct Config {
-    /// PostgreSQL URL of the orders database, which holds the outbox.
+    /// PostgreSQL URL of the database whose outbox this relay publishes:
+    /// orders (pedido.eventos), or inventory with --topics estoque.eventos.
     #[arg(long, env = "ORDER_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/orders",
           value_parser = parse_database_url)]
     pub database_url: DatabaseUrl,
@@ -104,10 +105,6 @@ pub struct Config {
     /// PostgreSQL advisory lock key that elects the single active relay.
     #[arg(long, env = "RELAY_LOCK_KEY", default_value_t = DEFAULT_LOCK_KEY)]
     pub lock_key: i64,
-
-    /// Do not apply the orders database migrations at start-up.
-    #[arg(long, env = "RELAY_NO_MIGRATE")]
-    pub no_migrate: bool,
 
     /// Log format.
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -30,14 +30,23 @@ const PURGE_BATCH: i64 = 5_000;
 pub enum StartupError {
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("cannot connect to the orders database at {url}")]
+    #[error("cannot connect to the database at {url}")]
     Database {
         url: String,
         #[source]
         source: sqlx::Error,
     },
-    #[error("cannot apply the orders database migrations")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The relay creates no table: the service that writes the outbox owns
+    /// it (it applies migrations/outbox at start-up, after its own set).
+    #[error(
+        "{url} has no outbox table with the columns the relay needs: start the service that \
+         writes it first (it applies migrations/outbox), or apply them by hand"
+    )]
+    NoOutbox {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
     #[error("cannot listen on {addr}")]
     Bind {
         addr: SocketAddr,
@@ -79,9 +88,12 @@ impl Application {
                 url: config.database_url.to_string(),
                 source,
             })?;
-        if !config.no_migrate {
-            sqlx::migrate!("../../migrations/orders").run(&pool).await?;
-        }
+        store::check_table(&pool)
+            .await
+            .map_err(|source| StartupError::NoOutbox {
+                url: config.database_url.to_string(),
+                source,
+            })?;
         let listener = TcpListener::bind(config.http_addr)
             .await
             .map_err(|source| StartupError::Bind {

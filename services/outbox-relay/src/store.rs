@@ -26,6 +26,18 @@ pub enum AfterPublish {
     Retain,
 }
 
+/// Fails unless the outbox table has every column the relay reads or writes.
+pub async fn check_table(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "select id, aggregatetype, aggregateid, type, payload, created_at, seq, traceparent,
+                attempts, last_error, parked_at, published_at, next_attempt_at, deferrals
+         from outbox limit 0",
+    )
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
 /// The oldest rows that may be sent now, in insert order: not parked, the
 /// earliest unpublished row of their aggregate, and either never deferred or
 /// done waiting out a broker fault. Rows that were deferred take at most a

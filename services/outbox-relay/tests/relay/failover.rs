@@ -412,7 +412,7 @@ async fn a_standby_that_cannot_see_the_leader_says_so_and_deposes_once_granted()
         .unwrap();
     let standby = test.start_relay_on(
         &url_as(&standby_role),
-        &["--lease", "4s", "--delivery-timeout", "1s", "--no-migrate"],
+        &["--lease", "4s", "--delivery-timeout", "1s"],
         &[],
     );
     wait_for_role(

@@ -36,13 +36,9 @@ impl RelayTest {
     }
 
     pub(crate) async fn with_broker(bootstrap: &str) -> Self {
-        let (database, pool) = TestDatabase::create_migrated(
-            &orders_server(),
-            "relay_test",
-            &sqlx::migrate!("../../migrations/orders"),
-            4,
-        )
-        .await;
+        let (database, pool) =
+            TestDatabase::create_migrated(&orders_server(), "relay_test", &[outbox::migrator()], 4)
+                .await;
         let aggregate_type = format!("relaytest{}", &Uuid::new_v4().simple().to_string()[..12]);
         let topic = format!("{aggregate_type}.eventos");
         create_topic(bootstrap, &topic, PARTITIONS).await;

@@ -1,0 +1,117 @@
+//! The transactional outbox, as the services that publish events write it.
+//!
+//! A service writes [`OutboxMessage`]s with [`insert`] inside the
+//! transaction that makes the change they announce; a relay (the built-in
+//! one or Debezium's Outbox Event Router) publishes them: `aggregatetype`
+//! routes to the topic `<aggregatetype>.eventos`, `aggregateid` becomes the
+//! record key, `type` the `eventType` header, `id` the `id` header and
+//! `payload` the record value, unchanged.
+//!
+//! The table belongs to the database of the service that writes it: the
+//! service applies [`migrator`] after its own set at start-up. The relay
+//! never creates it (on a fresh orders database it would run before the
+//! orders set, which creates the table its own way).
+
+mod trace_parent;
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+pub use trace_parent::TraceParent;
+
+/// The outbox table's migrations (`migrations/outbox`), tolerant of the
+/// service's own versions in the same history table.
+pub fn migrator() -> Migrator {
+    let mut migrator = sqlx::migrate!("../../migrations/outbox");
+    migrator.set_ignore_missing(true);
+    migrator
+}
+
+/// A service's own migrations, then the outbox table's: each set tolerant
+/// of the other's versions in the database's one history table.
+pub fn with_outbox(mut own: Migrator) -> [Migrator; 2] {
+    own.set_ignore_missing(true);
+    [own, migrator()]
+}
+
+/// Applies `migrators` in order.
+pub async fn migrate(pool: &PgPool, migrators: &[Migrator]) -> Result<(), MigrateError> {
+    for migrator in migrators {
+        migrator.run(pool).await?;
+    }
+    Ok(())
+}
+
+/// One outbox row to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxMessage {
+    /// The message id: consumers deduplicate on it.
+    pub id: Uuid,
+    pub aggregate_type: &'static str,
+    pub aggregate_id: String,
+    pub event_type: &'static str,
+    pub payload: serde_json::Value,
+    pub traceparent: Option<TraceParent>,
+}
+
+impl OutboxMessage {
+    /// A new message with a fresh time-ordered id.
+    pub fn new(
+        aggregate_type: &'static str,
+        aggregate_id: impl Into<String>,
+        event_type: &'static str,
+        payload: serde_json::Value,
+        traceparent: Option<TraceParent>,
+    ) -> Self {
+        Self {
+            id: Uuid::now_v7(),
+            aggregate_type,
+            aggregate_id: aggregate_id.into(),
+            event_type,
+            payload,
+            traceparent,
+        }
+    }
+}
+
+/// Writes `messages` in the caller's transaction, in their order (their
+/// `seq` follows it), with one statement whatever their number.
+#[tracing::instrument(skip_all, fields(rows = messages.len()), err)]
+pub async fn insert(tx: &mut PgConnection, messages: &[OutboxMessage]) -> Result<(), sqlx::Error> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(messages.len());
+    let mut aggregate_types = Vec::with_capacity(messages.len());
+    let mut aggregate_ids = Vec::with_capacity(messages.len());
+    let mut types = Vec::with_capacity(messages.len());
+    let mut payloads = Vec::with_capacity(messages.len());
+    let mut traceparents = Vec::with_capacity(messages.len());
+    for message in messages {
+        ids.push(message.id);
+        aggregate_types.push(message.aggregate_type);
+        aggregate_ids.push(message.aggregate_id.as_str());
+        types.push(message.event_type);
+        payloads.push(Json(&message.payload));
+        traceparents.push(message.traceparent.as_ref().map(TraceParent::as_str));
+    }
+    // `with ordinality` and the ordered select keep `seq` in message order.
+    sqlx::query(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
+         select id, aggregatetype, aggregateid, type, payload, traceparent
+         from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[])
+              with ordinality as m (id, aggregatetype, aggregateid, type, payload, traceparent, n)
+         order by n",
+    )
+    .bind(&ids)
+    .bind(&aggregate_types)
+    .bind(&aggregate_ids)
+    .bind(&types)
+    .bind(&payloads)
+    .bind(&traceparents)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
