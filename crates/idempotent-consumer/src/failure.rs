@@ -19,16 +19,19 @@ pub enum DltReason {
     InvalidHeader,
     UnknownEventType,
     SchemaViolation,
+    /// Valid, but about an aggregate the consuming service does not know.
+    UnknownAggregate,
     RetriesExhausted,
 }
 
 impl DltReason {
-    pub const ALL: [DltReason; 6] = [
+    pub const ALL: [DltReason; 7] = [
         Self::InvalidJson,
         Self::MissingHeader,
         Self::InvalidHeader,
         Self::UnknownEventType,
         Self::SchemaViolation,
+        Self::UnknownAggregate,
         Self::RetriesExhausted,
     ];
 
@@ -39,6 +42,7 @@ impl DltReason {
             Self::InvalidHeader => "invalid-header",
             Self::UnknownEventType => "unknown-event-type",
             Self::SchemaViolation => "schema-violation",
+            Self::UnknownAggregate => "unknown-aggregate",
             Self::RetriesExhausted => "retries-exhausted",
         }
     }

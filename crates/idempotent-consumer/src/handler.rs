@@ -25,14 +25,28 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Applies `messages`, in order, inside the transaction on `tx`: their
     /// ids were just claimed in it, so each is applied at most once. Returns
-    /// one outcome name per message, in order (`reserved`, `rejected`…: the
-    /// `outcome` label of `consumer_processed_total`). An error rolls the
-    /// whole transaction back.
+    /// one [`Verdict`] per message, in order. An error rolls the whole
+    /// transaction back.
     fn apply(
         &self,
         tx: &mut PgConnection,
         messages: &[Claimed<'_, Self::Message>],
-    ) -> impl Future<Output = Result<Vec<&'static str>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Verdict>, sqlx::Error>> + Send;
+}
+
+/// What applying one message came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Applied (or deliberately without effect), with the outcome name:
+    /// the `outcome` label of `consumer_processed_total` (`reserved`,
+    /// `rejected`, `confirmed`…).
+    Applied(&'static str),
+    /// Valid, but nothing here can apply it, now or later (it names an
+    /// aggregate this service does not know): it must have made no change
+    /// in the transaction. Its claim is withdrawn in the same transaction
+    /// and it goes to the DLT with this reason, so that a redrive, once the
+    /// cause is fixed, applies it.
+    Refused(InvalidMessage),
 }
 
 /// A message whose id this transaction claimed.

@@ -9,12 +9,18 @@
 //!   first in the same transaction as the handler's effect;
 //! - a [`Handler`]: its `consumer_name`, `parse` (a [`Record`] to a message,
 //!   or an [`InvalidMessage`] with its [`DltReason`]) and `apply` (the
-//!   [`Claimed`] messages, inside the transaction it is handed);
-//! - a [`Pipeline`] of that handler with a [`Database`] (the pool and its
-//!   availability), a [`RetryPolicy`], a [`DltProducer`] (built with
-//!   [`producer_settings`]) and a [`Health`] (over a [`Circuit`]);
-//! - then [`run`] with [`Settings`] and a client built with
-//!   [`consumer_settings`], until its token is cancelled.
+//!   [`Claimed`] messages, inside the transaction it is handed, each judged
+//!   by a [`Verdict`]: applied with an outcome name, or refused to the DLT);
+//! - then [`serve`] with that handler, its [`ConsumerOptions`] (topic, DLT,
+//!   group, batch size, retries), the [`Health`] its readiness reads and a
+//!   token: it waits for the topics and consumes until the token is
+//!   cancelled. [`describe_metrics`] names the metrics for `/metrics`.
+//!
+//! [`serve`] assembles the parts a test may also assemble itself: a
+//! [`Pipeline`] of the handler with a [`Database`] (the pool and its
+//! availability), a [`RetryPolicy`], a [`DltProducer`] (built with
+//! [`producer_settings`]) and a [`Health`] (over a [`Circuit`]), run by
+//! [`run`] with [`Settings`] and a client built with [`consumer_settings`].
 //!
 //! The dead-letter format ([`dlt`]: [`DeadLetter`], [`DltInfo`],
 //! [`decode_header`], [`message_headers`], [`REDRIVEN_FROM`]) is public for
@@ -51,6 +57,8 @@ mod pipeline; // a batch: parse, transaction, retries, DLT
 mod poller; // the poll loop on its own thread; rebalance callbacks
 mod record; // a consumed record, owned
 mod retry; // the one retry helper
+mod service; // a service's consumer assembled and run: options to a running consumer
+pub mod topics; // start-up checks of the topic and its DLT; topic retention
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,11 +73,12 @@ pub use database::Database;
 pub use dlt::{DeadLetter, DltInfo, REDRIVEN_FROM, decode_header, message_headers};
 pub use dlt_producer::{DltProducer, producer_settings};
 pub use failure::{DatabaseFailure, DltReason, Failure, InvalidMessage, quote};
-pub use handler::{Claimed, Handler};
+pub use handler::{Claimed, Handler, Verdict};
 pub use health::Health;
 pub use pipeline::{Outcome, Pipeline};
 pub use record::{Header, Record, escape_invalid_utf8};
 pub use retry::{AttemptError, GaveUp, RetryPolicy};
+pub use service::{ConsumerOptions, ServeError, describe_metrics, serve, wait_for_topics};
 
 /// The consumer's settings.
 #[derive(Debug, Clone)]

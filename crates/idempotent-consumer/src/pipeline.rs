@@ -31,7 +31,7 @@ use uuid::Uuid;
 use super::database::Database;
 use super::dlt_producer::DltProducer;
 use super::failure::{DatabaseFailure, DltReason, Failure, InvalidMessage};
-use super::handler::{Claimed, Handler};
+use super::handler::{Claimed, Handler, Verdict};
 use super::health::Health;
 use super::record::Record;
 use super::retry::{AttemptError, GaveUp, RetryPolicy};
@@ -65,6 +65,14 @@ pub struct Pipeline<H> {
     /// The parent of every partition's token: cancelled when the circuit
     /// opens (and on shutdown).
     pub consuming: CancellationToken,
+}
+
+/// How a record of a committed transaction finished: with its outcome, or
+/// refused by the handler and still to be dead-lettered.
+#[derive(Debug)]
+enum Committed {
+    Finished(Outcome),
+    Refused(InvalidMessage),
 }
 
 /// A record that parsed, with its message id.
@@ -140,7 +148,7 @@ impl<H: Handler> Pipeline<H> {
             return self.apply_one(one, cancel).await;
         }
         match self.apply_with_retries(run, cancel).await {
-            Ok(outcomes) => outcomes,
+            Ok(committed) => self.settle(run, committed, cancel).await,
             Err(GaveUp::Cancelled) => Vec::new(),
             Err(GaveUp::Exhausted { error, .. }) => {
                 tracing::warn!(records = run.len(), error.message = %error,
@@ -165,7 +173,7 @@ impl<H: Handler> Pipeline<H> {
         cancel: &CancellationToken,
     ) -> Vec<Outcome> {
         match self.apply_with_retries(&[valid], cancel).await {
-            Ok(outcomes) => outcomes,
+            Ok(committed) => self.settle(&[valid], committed, cancel).await,
             Err(GaveUp::Cancelled) => Vec::new(),
             Err(GaveUp::Exhausted { error, attempts }) => {
                 let span = valid.record.span();
@@ -181,11 +189,42 @@ impl<H: Handler> Pipeline<H> {
         }
     }
 
+    /// The outcomes of a committed run, in order: a refused record is
+    /// dead-lettered in its place. Stops at a dead letter that could not be
+    /// published (cancelled): the records after it were applied, and are
+    /// duplicates when delivered again.
+    async fn settle(
+        &self,
+        run: &[&Valid<'_, H::Message>],
+        committed: Vec<Committed>,
+        cancel: &CancellationToken,
+    ) -> Vec<Outcome> {
+        let mut outcomes = Vec::with_capacity(committed.len());
+        for (valid, committed) in run.iter().zip(committed) {
+            match committed {
+                Committed::Finished(outcome) => outcomes.push(outcome),
+                Committed::Refused(invalid) => {
+                    let span = valid.record.span();
+                    tracing::warn!(parent: &span, reason = invalid.reason.as_str(), detail = %invalid.detail, "record refused by the handler");
+                    let done = self
+                        .dead_letter(valid.record, &Failure::invalid(&invalid), cancel)
+                        .instrument(span)
+                        .await;
+                    if done.is_empty() {
+                        break;
+                    }
+                    outcomes.extend(done);
+                }
+            }
+        }
+        outcomes
+    }
+
     async fn apply_with_retries(
         &self,
         run: &[&Valid<'_, H::Message>],
         cancel: &CancellationToken,
-    ) -> Result<Vec<Outcome>, GaveUp<sqlx::Error>> {
+    ) -> Result<Vec<Committed>, GaveUp<sqlx::Error>> {
         let (first, last) = (run[0].record, run[run.len() - 1].record);
         let span = tracing::info_span!(
             "transaction",
@@ -247,7 +286,7 @@ impl<H: Handler> Pipeline<H> {
         &self,
         run: &[&Valid<'_, H::Message>],
         live: bool,
-    ) -> Result<Vec<Outcome>, sqlx::Error> {
+    ) -> Result<Vec<Committed>, sqlx::Error> {
         let pool = self.database.pool();
         let mut connection = if live {
             live_connection(pool).await?
@@ -281,24 +320,42 @@ impl<H: Handler> Pipeline<H> {
                 record: valid.record,
             })
             .collect();
-        let applied = self.handler.apply(&mut tx, &messages).await?;
-        if applied.len() != messages.len() {
+        let verdicts = self.handler.apply(&mut tx, &messages).await?;
+        if verdicts.len() != messages.len() {
             return Err(sqlx::Error::Decode(
                 format!(
-                    "the handler returned {} outcomes for {} messages",
-                    applied.len(),
+                    "the handler returned {} verdicts for {} messages",
+                    verdicts.len(),
                     messages.len()
                 )
                 .into(),
             ));
         }
+        // A refused message leaves no claim behind: a redrive applies it.
+        let refused: Vec<Uuid> = messages
+            .iter()
+            .zip(&verdicts)
+            .filter(|(_, verdict)| matches!(verdict, Verdict::Refused(_)))
+            .map(|(claimed, _)| claimed.id)
+            .collect();
+        if !refused.is_empty() {
+            sqlx::query(
+                "delete from mensagem_processada where consumidor = $1 and mensagem_id = any($2)",
+            )
+            .bind(self.handler.consumer_name())
+            .bind(&refused)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
-        let mut applied = applied.into_iter();
+        // Verdicts belong to the fresh messages only, in order.
+        let mut verdicts = verdicts.into_iter();
         Ok(fresh
             .into_iter()
-            .map(|fresh| match (fresh, applied.next()) {
-                (true, Some(outcome)) => Outcome::Applied(outcome),
-                _ => Outcome::Duplicate,
+            .map(|fresh| match fresh.then(|| verdicts.next()).flatten() {
+                Some(Verdict::Applied(outcome)) => Committed::Finished(Outcome::Applied(outcome)),
+                Some(Verdict::Refused(invalid)) => Committed::Refused(invalid),
+                None => Committed::Finished(Outcome::Duplicate),
             })
             .collect())
     }

@@ -35,6 +35,14 @@ pub enum ApiError {
         title: &'static str,
         detail: String,
     },
+    /// 409: the resource's current state forbids the request;
+    /// `problem_type` names the service-specific reason.
+    #[error("{detail}")]
+    Conflict {
+        problem_type: &'static str,
+        title: &'static str,
+        detail: String,
+    },
     /// 503: not ready (readiness): the reason.
     #[error("not ready: {0}")]
     Unavailable(String),
@@ -76,6 +84,11 @@ impl IntoResponse for ApiError {
                 title,
                 ..
             } => (StatusCode::UNPROCESSABLE_ENTITY, *problem_type, *title),
+            Conflict {
+                problem_type,
+                title,
+                ..
+            } => (StatusCode::CONFLICT, *problem_type, *title),
             Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "/problems/unavailable",
