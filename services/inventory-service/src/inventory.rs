@@ -5,8 +5,10 @@ use std::collections::{HashMap, HashSet};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::event::{OrderPlaced, Sku};
+use crate::announce;
+use crate::event::{OrderCancelled, OrderPlaced, Sku};
 use idempotent_consumer::Claimed;
+use outbox::OutboxMessage;
 
 /// Stock of one sku.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -49,7 +51,8 @@ impl Applied {
 
 /// Decides the orders of `messages`, in order, within the transaction that
 /// just claimed their message ids: one outcome per order, all items
-/// reserved or none.
+/// reserved or none, each announced by an outbox row in the same
+/// transaction.
 ///
 /// Set-based, so a batch costs the same few statements as one order: lock
 /// the stock rows involved (in sku order, so concurrent transactions cannot
@@ -114,7 +117,7 @@ pub async fn reserve(
                     .or_default() += i64::from(*quantity);
             }
         }
-        outcomes.add(claimed.id, order, shortage.as_deref());
+        outcomes.add(claimed, shortage.as_deref());
         applied.push(match shortage {
             None => Applied::Reserved,
             Some(reason) => {
@@ -140,10 +143,24 @@ struct Outcomes {
     item_quantities: Vec<i32>,
     /// Units reserved per sku by this batch.
     reserved: HashMap<String, i64>,
+    /// The outcomes announced, in decision order.
+    events: Vec<OutboxMessage>,
 }
 
 impl Outcomes {
-    fn add(&mut self, message_id: Uuid, order: &OrderPlaced, shortage: Option<&str>) {
+    fn add(&mut self, claimed: &Claimed<'_, OrderPlaced>, shortage: Option<&str>) {
+        let order = claimed.message;
+        self.events.push(match shortage {
+            None => announce::reserved(
+                order.order_id,
+                order
+                    .items
+                    .iter()
+                    .map(|(sku, quantity)| (sku.as_str(), *quantity)),
+                claimed.record,
+            ),
+            Some(reason) => announce::rejected(order.order_id, reason, claimed.record),
+        });
         self.order_ids.push(order.order_id);
         self.statuses.push(if shortage.is_none() {
             "RESERVED"
@@ -151,7 +168,7 @@ impl Outcomes {
             "REJECTED"
         });
         self.reasons.push(shortage.map(str::to_owned));
-        self.message_ids.push(message_id);
+        self.message_ids.push(claimed.id);
         for (line, (sku, quantity)) in order.items.iter().enumerate() {
             self.item_orders.push(order.order_id);
             self.item_lines
@@ -198,8 +215,150 @@ impl Outcomes {
             .execute(&mut *tx)
             .await?;
         }
-        Ok(())
+        outbox::insert(tx, &self.events).await
     }
+}
+
+/// What applying an order's cancellation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancellation {
+    /// Its items went back to stock, and `EstoqueLiberado` says so.
+    Released,
+    /// It was rejected: nothing was reserved, nothing to give back.
+    NothingReserved,
+    /// Released (or cancelled) before, by another message id: no effect.
+    AlreadyCancelled,
+    /// Its creation has not been applied (dead-lettered, not redriven):
+    /// recorded as CANCELLED, so that a later redrive of the creation finds
+    /// the order decided and reserves nothing.
+    BeforeReservation,
+}
+
+impl Cancellation {
+    /// The `outcome` label of `consumer_processed_total`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::NothingReserved => "nothing-reserved",
+            Self::AlreadyCancelled => "already-cancelled",
+            Self::BeforeReservation => "cancelled-before-reservation",
+        }
+    }
+}
+
+/// Applies the cancellations of `messages`, in order, within the
+/// transaction that claimed their message ids: a reservation is released
+/// once, its units back in stock and an `EstoqueLiberado` in the outbox.
+///
+/// Locks in the same order as [`reserve`] (stock rows by sku), so the two
+/// cannot deadlock; the reservations involved are locked first.
+pub async fn release(
+    tx: &mut PgConnection,
+    messages: &[Claimed<'_, OrderCancelled>],
+) -> Result<Vec<Cancellation>, sqlx::Error> {
+    let order_ids: Vec<Uuid> = messages.iter().map(|m| m.message.order_id).collect();
+    let mut status: HashMap<Uuid, String> = sqlx::query_as(
+        "select order_id, status from reservations where order_id = any($1)
+         order by order_id for update",
+    )
+    .bind(&order_ids)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+
+    let mut applied = Vec::with_capacity(messages.len());
+    let (mut released, mut released_by, mut causes) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cancelled, mut cancelled_by) = (Vec::new(), Vec::new());
+    for claimed in messages {
+        let order_id = claimed.message.order_id;
+        let outcome = match status.get(&order_id).map(String::as_str) {
+            Some("RESERVED") => {
+                released.push(order_id);
+                released_by.push(claimed.id);
+                causes.push(claimed.record);
+                Cancellation::Released
+            }
+            Some("REJECTED") => Cancellation::NothingReserved,
+            Some(_) => Cancellation::AlreadyCancelled,
+            None => {
+                cancelled.push(order_id);
+                cancelled_by.push(claimed.id);
+                Cancellation::BeforeReservation
+            }
+        };
+        if matches!(outcome, Cancellation::Released) {
+            status.insert(order_id, "RELEASED".to_owned());
+        } else if matches!(outcome, Cancellation::BeforeReservation) {
+            status.insert(order_id, "CANCELLED".to_owned());
+        }
+        applied.push(outcome);
+    }
+
+    if !released.is_empty() {
+        let items: Vec<(Uuid, String, i32)> = sqlx::query_as(
+            "select order_id, sku, quantity from reservation_items
+             where order_id = any($1) order by order_id, line",
+        )
+        .bind(&released)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut returned: HashMap<&str, i64> = HashMap::new();
+        for (_, sku, quantity) in &items {
+            *returned.entry(sku.as_str()).or_default() += i64::from(*quantity);
+        }
+        let mut skus: Vec<&str> = returned.keys().copied().collect();
+        skus.sort_unstable();
+        let quantities: Vec<i64> = skus.iter().map(|sku| returned[sku]).collect();
+        sqlx::query("select sku from stock where sku = any($1) order by sku for update")
+            .bind(&skus)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "update stock s
+             set available = s.available + w.quantity, reserved = s.reserved - w.quantity, updated_at = now()
+             from unnest($1::text[], $2::int8[]) as w (sku, quantity)
+             where s.sku = w.sku",
+        )
+        .bind(&skus)
+        .bind(&quantities)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "update reservations r
+             set status = 'RELEASED', cancelled_at = clock_timestamp(), cancel_message_id = c.message_id
+             from unnest($1::uuid[], $2::uuid[]) as c (order_id, message_id)
+             where r.order_id = c.order_id",
+        )
+        .bind(&released)
+        .bind(&released_by)
+        .execute(&mut *tx)
+        .await?;
+        let events: Vec<OutboxMessage> = released
+            .iter()
+            .zip(causes)
+            .map(|(order_id, cause)| {
+                let order_items = items
+                    .iter()
+                    .filter(|(id, _, _)| id == order_id)
+                    .map(|(_, sku, quantity)| (sku.as_str(), *quantity));
+                announce::released(*order_id, order_items, cause)
+            })
+            .collect();
+        outbox::insert(tx, &events).await?;
+    }
+    if !cancelled.is_empty() {
+        sqlx::query(
+            "insert into reservations (order_id, status, message_id, cancelled_at, cancel_message_id)
+             select order_id, 'CANCELLED', message_id, clock_timestamp(), message_id
+             from unnest($1::uuid[], $2::uuid[]) as c (order_id, message_id)",
+        )
+        .bind(&cancelled)
+        .bind(&cancelled_by)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(applied)
 }
 
 /// Sets the units available for `sku`, creating it if new.

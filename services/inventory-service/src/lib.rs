@@ -4,7 +4,9 @@
 //! A record flows: [`idempotent_consumer`] (poll loop → partition worker → pipeline:
 //! parse, then one transaction that inserts `(consumidor, mensagem_id)`
 //! first and hands the claimed messages to the handler) → [`reserving`]
-//! (the handler) → [`inventory`] (the reservation, all or nothing).
+//! (the handler) → [`inventory`] (the reservation, all or nothing, and its
+//! [`announce`]ment: an outbox row for `estoque.eventos` in the same
+//! transaction, published by a relay on the inventory database).
 //! Anything unprocessable goes to the DLT with its reason; message-scoped
 //! transient failures are retried (3 × 1 s by default) first; a database
 //! that cannot be reached is waited for. The offset is stored only after the
@@ -12,6 +14,7 @@
 //! effect.
 
 pub mod admin; // dlt list, show and redrive; retention: data for the CLI
+pub mod announce; // the outcomes on estoque.eventos, as outbox rows
 pub mod config; // environment, flags and subcommands
 pub mod event; // PedidoCriado, its parser and domain types (Sku)
 pub mod http; // stock and reservation API, health, metrics
@@ -19,6 +22,5 @@ pub mod inventory; // stock and reservations in PostgreSQL
 pub mod reserving; // the consumer's handler: reserve stock per order
 pub mod retention; // processed-table retention
 pub mod startup; // Application::build and run_until_stopped
-pub mod topics; // start-up topic checks
 
 pub use startup::{Application, StartupError};

@@ -9,7 +9,7 @@ use sqlx::PgPool;
 
 use crate::config::RetentionArgs;
 use crate::inventory;
-use crate::topics;
+use idempotent_consumer::topics;
 
 const BATCH: i64 = 5_000;
 

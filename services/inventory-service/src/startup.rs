@@ -2,26 +2,21 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::producer::FutureProducer;
 use service_support::kafka::PassthroughError;
 use sqlx::PgPool;
+use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Common, ServeArgs};
-use crate::event::CONSUMER_NAME;
 use crate::http::{self, AppState};
 use crate::reserving::Reserving;
 use crate::retention::{self, RetentionError};
-use crate::topics::{self, TopicError};
-use idempotent_consumer::{
-    Circuit, ConsumerError, Database, DltProducer, Health, Pipeline, RetryPolicy,
-};
+use idempotent_consumer::{Circuit, ConsumerOptions, Database, Health, ServeError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -39,14 +34,10 @@ pub enum StartupError {
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid Kafka client configuration")]
-    Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
     Passthrough(#[from] PassthroughError),
-    #[error("the consumer failed")]
-    Consumer(#[from] ConsumerError),
-    #[error("the topics are not usable")]
-    Topics(#[from] TopicError),
+    #[error(transparent)]
+    Consumer(#[from] ServeError),
     #[error("the processed-table retention is not safe")]
     Retention(#[from] RetentionError),
 }
@@ -87,6 +78,11 @@ pub fn kafka_config(
     service_support::kafka::client_config(&common.bootstrap_servers, &settings)
 }
 
+/// The inventory database's migrations, then the outbox table's.
+pub fn migrations() -> [Migrator; 2] {
+    outbox::with_outbox(sqlx::migrate!("../../migrations/inventory"))
+}
+
 #[derive(Debug)]
 pub struct Application {
     common: Common,
@@ -99,9 +95,7 @@ impl Application {
     pub async fn build(common: Common, serve: ServeArgs) -> Result<Self, StartupError> {
         let pool = connect(&common, serve.db_pool_size, serve.statement_timeout).await?;
         if !serve.no_migrate {
-            sqlx::migrate!("../../migrations/inventory")
-                .run(&pool)
-                .await?;
+            outbox::migrate(&pool, &migrations()).await?;
         }
         let listener =
             TcpListener::bind(serve.http_addr)
@@ -174,6 +168,21 @@ impl Application {
     }
 }
 
+/// What the consumer is told; the library does the rest.
+pub fn consumer_options(common: &Common, serve: &ServeArgs) -> ConsumerOptions {
+    ConsumerOptions {
+        bootstrap_servers: common.bootstrap_servers.clone(),
+        topic: common.topic.clone(),
+        dlt_topic: common.dlt_topic.clone(),
+        group: common.group.clone(),
+        batch_size: serve.batch_size as usize,
+        retries: serve.retries,
+        retry_backoff: serve.retry_backoff,
+        session_timeout: serve.session_timeout,
+        revoke_grace: serve.revoke_grace,
+    }
+}
+
 async fn consume(
     common: &Common,
     serve: &ServeArgs,
@@ -181,10 +190,12 @@ async fn consume(
     health: Health,
     token: &CancellationToken,
 ) -> Result<(), StartupError> {
-    let base = kafka_config(common, &[])?;
-    if !wait_for_topics(&base, common, token).await? {
+    let options = consumer_options(common, serve);
+    // Retention needs the topic's settings: wait for the broker first.
+    if !idempotent_consumer::wait_for_topics(&options, token).await? {
         return Ok(());
     }
+    let base = kafka_config(common, &[])?;
     if serve.retention_every.is_some() {
         retention::check(&base, &common.topic, &serve.retention).await?;
     }
@@ -196,80 +207,11 @@ async fn consume(
             token.clone(),
         ))
     });
-    let producer: FutureProducer =
-        kafka_config(common, &idempotent_consumer::producer_settings())?.create()?;
-    let pipeline = Pipeline {
-        handler: Reserving,
-        database: Arc::clone(health.database()),
-        dlt: DltProducer {
-            producer,
-            topic: common.dlt_topic.clone(),
-            group: common.group.clone(),
-            health: health.clone(),
-        },
-        retry: RetryPolicy::fixed(serve.retries, serve.retry_backoff),
-        health,
-        consuming: token.child_token(),
-    };
-    let settings = idempotent_consumer::Settings {
-        topic: common.topic.clone(),
-        group: common.group.clone(),
-        revoke_grace: serve.revoke_grace,
-        lag_interval: Duration::from_secs(5),
-        max_batch: serve.batch_size as usize,
-    };
-    let consumer_config = kafka_config(
-        common,
-        &idempotent_consumer::consumer_settings(
-            &common.group,
-            CONSUMER_NAME,
-            serve.session_timeout,
-        ),
-    )?;
-    idempotent_consumer::run(settings, consumer_config, pipeline, token.clone()).await?;
+    idempotent_consumer::serve(Reserving, &options, health, token.clone()).await?;
     if let Some(task) = retention_task {
         let _ = task.await;
     }
     Ok(())
-}
-
-/// Checks the topics, retrying while the broker is unreachable; false if
-/// shutdown came first.
-async fn wait_for_topics(
-    config: &ClientConfig,
-    common: &Common,
-    token: &CancellationToken,
-) -> Result<bool, StartupError> {
-    let mut wait = Duration::from_millis(200);
-    loop {
-        let (config, topic, dlt) = (
-            config.clone(),
-            common.topic.clone(),
-            common.dlt_topic.clone(),
-        );
-        let checked = tokio::task::spawn_blocking(move || topics::check(&config, &topic, &dlt))
-            .await
-            .unwrap_or_else(|_| Err(TopicError::Missing(common.topic.clone())));
-        match checked {
-            Ok((source, dlt)) => {
-                tracing::info!(
-                    source_partitions = source,
-                    dlt_partitions = dlt,
-                    "topics checked"
-                );
-                return Ok(true);
-            }
-            Err(error) if error.is_retryable() => {
-                tracing::warn!(error.cause_chain = ?error, error.message = %error, "broker not reachable yet; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = token.cancelled() => return Ok(false),
-                }
-                wait = (wait * 2).min(Duration::from_secs(5));
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
 }
 
 async fn run_retention(

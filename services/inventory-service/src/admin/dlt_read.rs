@@ -9,7 +9,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use time::OffsetDateTime;
 
 use crate::config::DltFilter;
-use crate::topics;
+use idempotent_consumer::topics;
 use idempotent_consumer::{DltInfo, Record};
 
 const TIMEOUT: Duration = Duration::from_secs(10);

@@ -25,7 +25,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::dlt_read::{self, Expired, From, ReadError, matches};
 use crate::config::RedriveArgs;
-use crate::topics;
+use idempotent_consumer::topics;
 use idempotent_consumer::{DltInfo, REDRIVEN_FROM, Record, message_headers};
 
 const TIMEOUT: Duration = Duration::from_secs(10);

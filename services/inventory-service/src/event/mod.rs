@@ -1,5 +1,5 @@
 //! What arrives on `pedido.eventos`, and whether it can ever be processed:
-//! the event `PedidoCriado` and its domain types.
+//! the events `PedidoCriado` and `PedidoCancelado`, and their domain types.
 //!
 //! A record is parsed completely before any database work: everything that
 //! makes it unprocessable whatever the retries is found here and sent to the
@@ -19,8 +19,29 @@ pub use sku::{SKU_PATTERN, Sku};
 /// The `consumidor` value in `mensagem_processada`.
 pub const CONSUMER_NAME: &str = "estoque.reserva";
 pub const EVENT_ORDER_CREATED: &str = "PedidoCriado";
+pub const EVENT_ORDER_CANCELLED: &str = "PedidoCancelado";
 const MAX_ITEMS: usize = 100;
 pub const MAX_QUANTITY: i64 = 10_000;
+
+/// A validated event of `pedido.eventos`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrderEvent {
+    Placed(OrderPlaced),
+    Cancelled(OrderCancelled),
+}
+
+/// A validated `PedidoCancelado`: the order's reservation, if any, is to be
+/// released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderCancelled {
+    pub order_id: Uuid,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PedidoCancelado {
+    pedido_id: Uuid,
+}
 
 /// A validated `PedidoCriado`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,35 +77,59 @@ fn invalid(reason: DltReason, detail: impl Into<String>) -> InvalidMessage {
 /// Parses and validates a record, in the order the failure classes are
 /// checked: event type, JSON, schema (the consumer checked the headers'
 /// names and the `id` header before).
-pub fn parse(record: &Record) -> Result<OrderPlaced, InvalidMessage> {
+pub fn parse(record: &Record) -> Result<OrderEvent, InvalidMessage> {
     let event_type = record.required_text_header("eventType")?;
-    if event_type != EVENT_ORDER_CREATED {
-        return Err(invalid(
+    match event_type {
+        EVENT_ORDER_CREATED => parse_created(record).map(OrderEvent::Placed),
+        EVENT_ORDER_CANCELLED => {
+            let event: PedidoCancelado = json_of(record, EVENT_ORDER_CANCELLED)?;
+            check_key(record, event.pedido_id)?;
+            Ok(OrderEvent::Cancelled(OrderCancelled {
+                order_id: event.pedido_id,
+            }))
+        }
+        other => Err(invalid(
             DltReason::UnknownEventType,
-            format!("unknown eventType {}", quote(event_type)),
-        ));
+            format!("unknown eventType {}", quote(other)),
+        )),
     }
+}
+
+/// The record's value as the event `name`: `invalid-json` when it is not
+/// JSON, `schema-violation` when it is not that event.
+fn json_of<T: serde::de::DeserializeOwned>(
+    record: &Record,
+    name: &str,
+) -> Result<T, InvalidMessage> {
     let value = record
         .value
         .as_deref()
         .ok_or_else(|| invalid(DltReason::InvalidJson, "the record has no value"))?;
     let json: serde_json::Value = serde_json::from_slice(value)
         .map_err(|e| invalid(DltReason::InvalidJson, format!("value is not JSON: {e}")))?;
-    let event: PedidoCriado = serde_json::from_value(json).map_err(|e| {
+    serde_json::from_value(json).map_err(|e| {
         invalid(
             DltReason::SchemaViolation,
-            format!("not a PedidoCriado: {}", quote(&e.to_string())),
+            format!("not a {name}: {}", quote(&e.to_string())),
         )
-    })?;
+    })
+}
 
-    let schema = |detail: String| invalid(DltReason::SchemaViolation, detail);
-    if let Some(key) = record.key.as_deref()
-        && key != event.pedido_id.to_string().as_bytes()
-    {
-        return Err(schema(
-            "the record key is not the event's pedidoId".to_owned(),
-        ));
+/// The record key, when there is one, is the event's order id.
+fn check_key(record: &Record, order_id: Uuid) -> Result<(), InvalidMessage> {
+    match record.key.as_deref() {
+        Some(key) if key != order_id.to_string().as_bytes() => Err(invalid(
+            DltReason::SchemaViolation,
+            "the record key is not the event's pedidoId",
+        )),
+        _ => Ok(()),
     }
+}
+
+fn parse_created(record: &Record) -> Result<OrderPlaced, InvalidMessage> {
+    let event: PedidoCriado = json_of(record, EVENT_ORDER_CREATED)?;
+    let schema = |detail: String| invalid(DltReason::SchemaViolation, detail);
+    check_key(record, event.pedido_id)?;
     if event.cliente_id.trim().is_empty() || event.cliente_id.chars().count() > 128 {
         return Err(schema("clienteId must be 1 to 128 characters".to_owned()));
     }
@@ -167,14 +212,18 @@ mod tests {
         }
     }
 
-    fn parse_with(
-        headers: Vec<Header>,
-        value: Option<&str>,
-    ) -> Result<OrderPlaced, InvalidMessage> {
+    fn parse_with(headers: Vec<Header>, value: Option<&str>) -> Result<OrderEvent, InvalidMessage> {
         parse(&record(ORDER, headers, value))
     }
 
-    fn reason(result: Result<OrderPlaced, InvalidMessage>) -> DltReason {
+    fn placed(event: OrderEvent) -> OrderPlaced {
+        match event {
+            OrderEvent::Placed(order) => order,
+            other => panic!("not a PedidoCriado: {other:?}"),
+        }
+    }
+
+    fn reason(result: Result<OrderEvent, InvalidMessage>) -> DltReason {
         result.expect_err("the record is invalid").reason
     }
 
@@ -189,7 +238,8 @@ mod tests {
             ("eventType", Some("PedidoCriado")),
             ("traceparent", None),
         ]);
-        let order = parse_with(h, Some(&value(r#"[{"sku":"ABC-1","quantidade":2}]"#))).unwrap();
+        let order =
+            placed(parse_with(h, Some(&value(r#"[{"sku":"ABC-1","quantidade":2}]"#))).unwrap());
         assert_eq!(order.order_id.to_string(), ORDER);
         assert_eq!(order.items, vec![(Sku::parse("ABC-1").unwrap(), 2)]);
     }
@@ -216,7 +266,7 @@ mod tests {
                 DltReason::MissingHeader,
             ),
             (
-                headers(&[("id", Some(ID)), ("eventType", Some("PedidoCancelado"))]),
+                headers(&[("id", Some(ID)), ("eventType", Some("PedidoDevolvido"))]),
                 Some(good.clone()),
                 DltReason::UnknownEventType,
             ),
@@ -267,6 +317,33 @@ mod tests {
                 "case {index}"
             );
         }
+    }
+
+    #[test]
+    fn a_cancellation_names_its_order() {
+        let h = headers(&[("id", Some(ID)), ("eventType", Some("PedidoCancelado"))]);
+        let cancelled = parse_with(
+            h.clone(),
+            Some(&format!(
+                r#"{{"pedidoId":"{ORDER}","canceladoEm":"2026-12-05T10:00:00Z"}}"#
+            )),
+        )
+        .unwrap();
+        assert_eq!(
+            cancelled,
+            OrderEvent::Cancelled(OrderCancelled {
+                order_id: ORDER.parse().unwrap()
+            })
+        );
+        assert_eq!(
+            reason(parse_with(h.clone(), Some("{}"))),
+            DltReason::SchemaViolation
+        );
+        let other = r#"{"pedidoId":"0190f5d2-7c1e-7000-8000-000000000043"}"#;
+        assert_eq!(
+            reason(parse_with(h, Some(other))),
+            DltReason::SchemaViolation
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@ use crate::inventory;
 #[serde(rename_all = "camelCase")]
 pub(super) struct ReservationResponse {
     order_id: Uuid,
-    /// `RESERVED` or `REJECTED`.
+    /// `RESERVED`, `REJECTED`, `RELEASED` (reserved, then given back by a
+    /// cancellation) or `CANCELLED` (cancelled before its creation was
+    /// applied: nothing will be reserved for it).
     #[schema(example = "RESERVED")]
     status: String,
     /// Why it was rejected; null when reserved.

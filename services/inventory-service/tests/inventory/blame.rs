@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use idempotent_consumer::{Claimed, Handler, InvalidMessage, Record};
+use idempotent_consumer::{Claimed, Handler, InvalidMessage, Record, Verdict};
 use sqlx::PgConnection;
 use test_support::eventually::eventually;
 use uuid::Uuid;
@@ -34,7 +34,7 @@ impl Handler for ExceedsALimit {
         &self,
         tx: &mut PgConnection,
         messages: &[Claimed<'_, String>],
-    ) -> Result<Vec<&'static str>, sqlx::Error> {
+    ) -> Result<Vec<Verdict>, sqlx::Error> {
         for claimed in messages {
             if claimed.message == "limit" {
                 sqlx::query(
@@ -46,7 +46,7 @@ impl Handler for ExceedsALimit {
             }
             record_applied(tx, claimed).await?;
         }
-        Ok(vec!["applied"; messages.len()])
+        Ok(vec![Verdict::Applied("applied"); messages.len()])
     }
 }
 

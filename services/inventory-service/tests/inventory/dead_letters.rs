@@ -41,7 +41,7 @@ async fn each_deterministic_failure_goes_to_the_dlt_at_once_and_the_partition_mo
     invalid_id.headers[0].1 = Some("not-a-uuid".to_owned());
     poison.push(("invalid-header", invalid_id));
     let mut unknown_type = Outgoing::order(order, &[("ABC-1", 1)]);
-    unknown_type.headers[1].1 = Some("PedidoCancelado".to_owned());
+    unknown_type.headers[1].1 = Some("PedidoDevolvido".to_owned());
     poison.push(("unknown-event-type", unknown_type));
     let mut schema = Outgoing::order(order, &[("ABC-1", 0)]);
     schema.key = Some(order.to_string());

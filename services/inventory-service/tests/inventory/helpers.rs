@@ -68,6 +68,22 @@ impl Outgoing {
         }
     }
 
+    /// A valid PedidoCancelado for `order_id` with a fresh message id.
+    pub(crate) fn cancellation(order_id: Uuid) -> Self {
+        Self {
+            key: Some(order_id.to_string()),
+            value: Some(
+                serde_json::json!({"pedidoId": order_id.to_string(), "canceladoEm": "2026-12-05T10:00:00Z"})
+                    .to_string(),
+            ),
+            headers: vec![
+                ("id", Some(Uuid::now_v7().to_string())),
+                ("eventType", Some("PedidoCancelado".to_owned())),
+            ],
+            partition: None,
+        }
+    }
+
     pub(crate) fn on_partition(mut self, partition: i32) -> Self {
         self.partition = Some(partition);
         self
@@ -96,7 +112,7 @@ impl InventoryTest {
         let (database, pool) = TestDatabase::create_migrated(
             database_server,
             "inventory_test",
-            &sqlx::migrate!("../../migrations/inventory"),
+            &inventory_service::startup::migrations(),
             4,
         )
         .await;

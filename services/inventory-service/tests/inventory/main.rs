@@ -8,6 +8,7 @@
 
 mod api;
 mod blame;
+mod cancelling;
 mod consuming;
 mod dead_letters;
 mod environment;

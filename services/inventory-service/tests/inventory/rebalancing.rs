@@ -35,15 +35,14 @@ async fn a_partition_paused_for_backlog_drains_after_a_member_joins_and_leaves()
         .map(|_| Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]).on_partition(0))
         .collect();
     test.produce_all(&backlog).await;
-    // Time for the fetcher to queue more than the pause threshold (5 000
-    // records) behind the stuck worker: nothing outside the process shows
-    // the pause, so this one precondition is waited for by time.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        first.metric("consumer_paused_partitions").await,
-        1.0,
-        "the partition is paused for back-pressure"
-    );
+    // The fetcher queues more than the pause threshold (5 000 records)
+    // behind the stuck worker; on a busy machine that takes a while.
+    eventually(
+        "the partition is paused for back-pressure",
+        Duration::from_secs(60),
+        || async { (first.metric("consumer_paused_partitions").await == 1.0).then_some(()) },
+    )
+    .await;
 
     // The group changes while the partition is still paused: librdkafka
     // keeps an application's pause across the revoke and the new

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use idempotent_consumer::{Claimed, Handler, InvalidMessage, Record};
+use idempotent_consumer::{Claimed, Handler, InvalidMessage, Record, Verdict};
 use sqlx::PgConnection;
 use test_support::eventually::eventually;
 use uuid::Uuid;
@@ -36,14 +36,14 @@ impl Handler for PanicsOnce {
         &self,
         tx: &mut PgConnection,
         messages: &[Claimed<'_, String>],
-    ) -> Result<Vec<&'static str>, sqlx::Error> {
+    ) -> Result<Vec<Verdict>, sqlx::Error> {
         for claimed in messages {
             if claimed.message == "panic" && !self.panicked.swap(true, Ordering::SeqCst) {
                 panic!("a bug in the handler");
             }
             record_applied(tx, claimed).await?;
         }
-        Ok(vec!["applied"; messages.len()])
+        Ok(vec![Verdict::Applied("applied"); messages.len()])
     }
 }
 

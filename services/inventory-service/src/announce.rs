@@ -1,0 +1,78 @@
+//! What the inventory tells the world on `estoque.eventos`: each outcome as
+//! an outbox row in the inventory database, written in the transaction that
+//! decides it (never a direct call to the order service).
+//!
+//! Key: the order id, so every event of one order keeps its order on one
+//! partition. The payload is the contract with the order service's
+//! `pedido.status` consumer (docs/inventory-service.md).
+
+use outbox::{OutboxMessage, TraceParent};
+use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use idempotent_consumer::Record;
+
+pub const AGGREGATE_TYPE: &str = "estoque";
+pub const EVENT_RESERVED: &str = "EstoqueReservado";
+pub const EVENT_REJECTED: &str = "EstoqueRejeitado";
+pub const EVENT_RELEASED: &str = "EstoqueLiberado";
+
+fn now() -> String {
+    let now = OffsetDateTime::now_utc();
+    now.format(&Rfc3339).unwrap_or_else(|_| now.to_string())
+}
+
+/// The trace of the record that caused an event travels on with it; an
+/// invalid `traceparent` is dropped, as the W3C specification says.
+fn trace_of(record: &Record) -> Option<TraceParent> {
+    TraceParent::parse(&record.text_header("traceparent")?)
+}
+
+fn items_json<'a>(items: impl Iterator<Item = (&'a str, i32)>) -> serde_json::Value {
+    items
+        .map(|(sku, quantity)| json!({"sku": sku, "quantidade": quantity}))
+        .collect()
+}
+
+/// Every item of the order is reserved.
+pub fn reserved<'a>(
+    order_id: Uuid,
+    items: impl Iterator<Item = (&'a str, i32)>,
+    cause: &Record,
+) -> OutboxMessage {
+    OutboxMessage::new(
+        AGGREGATE_TYPE,
+        order_id.to_string(),
+        EVENT_RESERVED,
+        json!({"pedidoId": order_id, "itens": items_json(items), "reservadoEm": now()}),
+        trace_of(cause),
+    )
+}
+
+/// Nothing is reserved, and why.
+pub fn rejected(order_id: Uuid, reason: &str, cause: &Record) -> OutboxMessage {
+    OutboxMessage::new(
+        AGGREGATE_TYPE,
+        order_id.to_string(),
+        EVENT_REJECTED,
+        json!({"pedidoId": order_id, "motivo": reason, "rejeitadoEm": now()}),
+        trace_of(cause),
+    )
+}
+
+/// A cancelled order's reservation is released: its items are back in stock.
+pub fn released<'a>(
+    order_id: Uuid,
+    items: impl Iterator<Item = (&'a str, i32)>,
+    cause: &Record,
+) -> OutboxMessage {
+    OutboxMessage::new(
+        AGGREGATE_TYPE,
+        order_id.to_string(),
+        EVENT_RELEASED,
+        json!({"pedidoId": order_id, "itens": items_json(items), "liberadoEm": now()}),
+        trace_of(cause),
+    )
+}
