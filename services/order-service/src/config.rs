@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Args, Parser};
+use idempotent_consumer::ConsumerOptions;
 pub use service_support::config::{DatabaseUrl, LogFormat};
 use service_support::config::{parse_database_url, parse_positive_duration};
 
-/// The order service: places orders and writes their outbox rows.
+/// The order service: places orders and writes their outbox rows; consumes
+/// the inventory's outcomes into each order's status.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "order-service", version, about)]
 pub struct Config {
@@ -34,6 +36,11 @@ pub struct Config {
     #[arg(long, env = "ORDER_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub request_timeout: Duration,
 
+    /// Time limit for one SQL statement: a lock held elsewhere fails the
+    /// statement (a transient failure for the consumer) instead of hanging.
+    #[arg(long, env = "ORDER_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
+    pub statement_timeout: Duration,
+
     /// How long an Idempotency-Key is remembered (e.g. 24h).
     #[arg(long, env = "ORDER_IDEMPOTENCY_KEY_TTL", default_value = "24h", value_parser = parse_positive_duration)]
     pub idempotency_key_ttl: Duration,
@@ -42,9 +49,83 @@ pub struct Config {
     #[arg(long, env = "ORDER_NO_MIGRATE")]
     pub no_migrate: bool,
 
+    #[command(flatten)]
+    pub status: StatusConsumerArgs,
+
     /// Log format.
     #[arg(long, env = "ORDER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// The `pedido.status` consumer: the inventory's outcomes move orders out
+/// of PENDING.
+#[derive(Debug, Clone, Args)]
+pub struct StatusConsumerArgs {
+    /// Serve the API without consuming the inventory's outcomes: orders stay
+    /// PENDING. For tests of the API alone and for benchmarks.
+    #[arg(long, env = "ORDER_NO_STATUS_CONSUMER")]
+    pub no_status_consumer: bool,
+
+    /// Kafka bootstrap servers. Other KAFKA_* variables pass through to
+    /// librdkafka (KAFKA_SECURITY_PROTOCOL sets security.protocol).
+    #[arg(
+        long,
+        env = "KAFKA_BOOTSTRAP_SERVERS",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub bootstrap_servers: String,
+
+    /// The inventory's outcomes.
+    #[arg(long, env = "ORDER_STATUS_TOPIC", default_value = "estoque.eventos")]
+    pub status_topic: String,
+
+    /// Dead letters of the status consumer: at least as many partitions as
+    /// the topic.
+    #[arg(
+        long,
+        env = "ORDER_STATUS_DLT_TOPIC",
+        default_value = "estoque.eventos.dlt"
+    )]
+    pub status_dlt_topic: String,
+
+    /// The consumer group.
+    #[arg(long, env = "ORDER_STATUS_GROUP", default_value = "pedido")]
+    pub status_group: String,
+
+    /// Records of one partition applied in one transaction at most.
+    #[arg(long, env = "ORDER_STATUS_BATCH_SIZE", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub status_batch_size: u32,
+
+    /// Retries after a transient failure, before the DLT.
+    #[arg(long, env = "ORDER_STATUS_RETRIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub status_retries: u32,
+
+    /// Wait between retries.
+    #[arg(long, env = "ORDER_STATUS_RETRY_BACKOFF", default_value = "1s", value_parser = parse_positive_duration)]
+    pub status_retry_backoff: Duration,
+
+    /// Kafka session timeout: how long until a dead member's partitions move.
+    #[arg(long, env = "ORDER_STATUS_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub status_session_timeout: Duration,
+}
+
+impl StatusConsumerArgs {
+    pub fn options(&self) -> ConsumerOptions {
+        ConsumerOptions {
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            topic: self.status_topic.clone(),
+            dlt_topic: self.status_dlt_topic.clone(),
+            group: self.status_group.clone(),
+            batch_size: self.status_batch_size as usize,
+            retries: self.status_retries,
+            retry_backoff: self.status_retry_backoff,
+            session_timeout: self.status_session_timeout,
+            // As long as the request timeout's default: a batch is short.
+            revoke_grace: Duration::from_secs(10),
+        }
+    }
 }
 
 #[cfg(test)]

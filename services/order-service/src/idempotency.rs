@@ -114,6 +114,24 @@ pub async fn claim(
 }
 
 /// Deletes keys older than `ttl`, a batch at a time; returns how many went.
+/// Replaces the response stored with `key`, in the transaction that claimed
+/// it: for requests whose response is known only after their work.
+pub async fn record_response(
+    tx: &mut Transaction<'_, Postgres>,
+    key: &IdempotencyKey,
+    response: &SavedResponse,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update idempotency_keys set response_status = $2, response_body = $3 where key = $1",
+    )
+    .bind(key.as_str())
+    .bind(i16::try_from(response.status).unwrap_or(i16::MAX))
+    .bind(Json(&response.body))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 pub async fn purge_expired(pool: &PgPool, ttl: Duration, batch: i64) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {

@@ -1,13 +1,11 @@
 //! Orders and their items in PostgreSQL.
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use time::OffsetDateTime;
+use uuid::Uuid;
 
 use crate::domain::{NewOrder, OrderId};
-
-/// The only status this service writes; reservation outcomes live in the
-/// inventory service.
-pub const STATUS_PENDING: &str = "PENDING";
+use crate::status::PENDING;
 
 /// An order as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,9 +13,24 @@ pub struct Order {
     pub id: OrderId,
     pub customer_id: String,
     pub status: String,
+    /// Why the order is in its status (a rejection's reason).
+    pub status_reason: Option<String>,
     /// `(sku, quantity)` in the order the client sent them.
     pub items: Vec<(String, i32)>,
     pub created_at: OffsetDateTime,
+    /// Every status the order has been in, oldest first.
+    pub history: Vec<StatusChange>,
+}
+
+/// One entry of an order's status history.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StatusChange {
+    pub status: String,
+    pub reason: Option<String>,
+    /// The message that caused it (none for orders placed before the
+    /// history existed).
+    pub message_id: Option<Uuid>,
+    pub changed_at: OffsetDateTime,
 }
 
 impl Order {
@@ -31,26 +44,49 @@ impl Order {
         Self {
             id: OrderId::new(),
             customer_id: new_order.customer_id.as_str().to_owned(),
-            status: STATUS_PENDING.to_owned(),
+            status: PENDING.to_owned(),
+            status_reason: None,
             items: new_order
                 .items
                 .iter()
                 .map(|item| (item.sku.as_str().to_owned(), item.quantity.get()))
                 .collect(),
             created_at,
+            history: Vec::new(),
         }
+    }
+
+    /// Records the message that announces the new order: its PENDING entry.
+    pub fn announced_by(&mut self, message_id: Uuid) {
+        self.history.push(StatusChange {
+            status: PENDING.to_owned(),
+            reason: None,
+            message_id: Some(message_id),
+            changed_at: self.created_at,
+        });
     }
 }
 
+/// Writes a new order, its items and its history so far.
 #[tracing::instrument(skip_all, fields(order.id = %order.id), err)]
 pub async fn insert(tx: &mut Transaction<'_, Postgres>, order: &Order) -> Result<(), sqlx::Error> {
-    sqlx::query("insert into orders (id, customer_id, status, created_at) values ($1, $2, $3, $4)")
-        .bind(order.id.as_uuid())
-        .bind(&order.customer_id)
-        .bind(&order.status)
-        .bind(order.created_at)
-        .execute(&mut **tx)
-        .await?;
+    let first = order.history.first();
+    // One statement: the order and its first history entry.
+    sqlx::query(
+        "with o as (
+             insert into orders (id, customer_id, status, created_at) values ($1, $2, $3, $4)
+             returning id, status, created_at
+         )
+         insert into order_status_history (order_id, status, message_id, changed_at)
+         select id, status, $5, created_at from o",
+    )
+    .bind(order.id.as_uuid())
+    .bind(&order.customer_id)
+    .bind(&order.status)
+    .bind(order.created_at)
+    .bind(first.and_then(|change| change.message_id))
+    .execute(&mut **tx)
+    .await?;
     let (skus, quantities): (Vec<&str>, Vec<i32>) = order
         .items
         .iter()
@@ -76,15 +112,24 @@ struct OrderRow {
     id: uuid::Uuid,
     customer_id: String,
     status: String,
+    status_reason: Option<String>,
     created_at: OffsetDateTime,
     skus: Vec<String>,
     quantities: Vec<i32>,
 }
 
-#[tracing::instrument(skip(pool), err)]
-pub async fn find(pool: &PgPool, id: OrderId) -> Result<Option<Order>, sqlx::Error> {
+/// An order's status; `None` when there is no such order.
+pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("select status from orders where id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+#[tracing::instrument(skip(conn), err)]
+pub async fn find(conn: &mut PgConnection, id: OrderId) -> Result<Option<Order>, sqlx::Error> {
     let row: Option<OrderRow> = sqlx::query_as(
-        "select o.id, o.customer_id, o.status, o.created_at,
+        "select o.id, o.customer_id, o.status, o.status_reason, o.created_at,
                 array_agg(i.sku order by i.line) as skus,
                 array_agg(i.quantity order by i.line) as quantities
          from orders o
@@ -93,13 +138,25 @@ pub async fn find(pool: &PgPool, id: OrderId) -> Result<Option<Order>, sqlx::Err
          group by o.id",
     )
     .bind(id.as_uuid())
-    .fetch_optional(pool)
+    .fetch_optional(&mut *conn)
     .await?;
-    Ok(row.map(|row| Order {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let history = sqlx::query_as(
+        "select status, reason, message_id, changed_at from order_status_history
+         where order_id = $1 order by position",
+    )
+    .bind(id.as_uuid())
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(Order {
         id: row.id.into(),
         customer_id: row.customer_id,
         status: row.status,
+        status_reason: row.status_reason,
         items: row.skus.into_iter().zip(row.quantities).collect(),
         created_at: row.created_at,
+        history,
     }))
 }

@@ -4,13 +4,17 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use idempotent_consumer::{Circuit, ConsumerOptions, Database, Health, ServeError};
 use sqlx::PgPool;
+use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::idempotency;
+use crate::status::consumer::StatusUpdates;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +35,26 @@ pub enum StartupError {
     },
 }
 
+/// Why the service stopped other than by being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("serving HTTP failed")]
+    Http(#[from] std::io::Error),
+    #[error("the pedido.status consumer failed")]
+    Consumer(#[from] ServeError),
+}
+
+/// The DLQ circuit: the inventory service's defaults (more than half of the
+/// last 100 records dead-lettered, once 20 were seen, stops consuming).
+const CIRCUIT_WINDOW: usize = 100;
+const CIRCUIT_MAX_DLT_SHARE: f64 = 0.5;
+const CIRCUIT_MIN_RECORDS: usize = 20;
+
+/// The orders database's migrations, then the outbox table's.
+pub fn migrations() -> [Migrator; 2] {
+    outbox::with_outbox(sqlx::migrate!("../../migrations/orders"))
+}
+
 /// How often expired idempotency keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(600);
 const PURGE_BATCH: i64 = 1_000;
@@ -41,6 +65,8 @@ pub struct Application {
     router: axum::Router,
     pool: PgPool,
     idempotency_key_ttl: Duration,
+    /// The status consumer's options and health, unless it is off.
+    status_consumer: Option<(ConsumerOptions, Health)>,
 }
 
 impl Application {
@@ -55,14 +81,17 @@ impl Application {
             .max_connections(config.db_pool_size)
             // A request waits at most its own time limit for a connection.
             .acquire_timeout(config.request_timeout)
-            .connect_with(config.database_url.options.clone())
+            .connect_with(config.database_url.options.clone().options([(
+                "statement_timeout",
+                config.statement_timeout.as_millis().to_string(),
+            )]))
             .await
             .map_err(|source| StartupError::Database {
                 url: config.database_url.to_string(),
                 source,
             })?;
         if !config.no_migrate {
-            sqlx::migrate!("../../migrations/orders").run(&pool).await?;
+            outbox::migrate(&pool, &migrations()).await?;
         }
         let listener = TcpListener::bind(config.http_addr)
             .await
@@ -70,15 +99,25 @@ impl Application {
                 addr: config.http_addr,
                 source,
             })?;
+        // The recorder first: the consumer's parts set their gauges as they
+        // are made.
+        let metrics = http::metrics_recorder();
+        let status_consumer = (!config.status.no_status_consumer).then(|| {
+            let circuit = Circuit::new(CIRCUIT_WINDOW, CIRCUIT_MAX_DLT_SHARE, CIRCUIT_MIN_RECORDS);
+            let health = Health::new(circuit, Database::new(pool.clone()));
+            (config.status.options(), health)
+        });
         let state = AppState {
             pool: pool.clone(),
-            metrics: http::metrics_recorder(),
+            metrics,
+            consumer_health: status_consumer.as_ref().map(|(_, health)| health.clone()),
         };
         Ok(Self {
             listener,
             router: http::router(state, config.request_timeout),
             pool,
             idempotency_key_ttl: config.idempotency_key_ttl,
+            status_consumer,
         })
     }
 
@@ -89,24 +128,51 @@ impl Application {
             .expect("a bound TCP listener has a local address")
     }
 
-    /// Serves until `shutdown` completes, then stops taking connections,
-    /// lets in-flight requests finish, and closes the pool.
+    /// Serves and consumes until `shutdown` completes (or the consumer
+    /// fails), then stops taking connections, lets in-flight requests and
+    /// the consumer's batch in flight finish, commits what was consumed,
+    /// and closes the pool.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), RunError> {
+        let token = CancellationToken::new();
+        let trigger = token.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            trigger.cancel();
+        });
         let purge = tokio::spawn(purge_idempotency_keys(
             self.pool.clone(),
             self.idempotency_key_ttl,
         ));
         tracing::info!(addr = %self.local_addr(), "order service listening");
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let http_token = token.clone();
+        let (listener, router) = (self.listener, self.router);
+        let http = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { http_token.cancelled().await })
+                .await
+        });
+        let consumed = match self.status_consumer {
+            Some((options, health)) => {
+                let consumed =
+                    idempotent_consumer::serve(StatusUpdates, &options, health, token.clone())
+                        .await;
+                // A consumer that stops for any reason stops the service.
+                token.cancel();
+                consumed
+            }
+            None => Ok(()),
+        };
+        let served = http
+            .await
+            .unwrap_or_else(|join| Err(std::io::Error::other(join)));
         purge.abort();
         self.pool.close().await;
         tracing::info!("order service stopped");
-        served
+        consumed?;
+        Ok(served?)
     }
 }
 

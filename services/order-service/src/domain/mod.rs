@@ -6,7 +6,6 @@ mod new_order; // a validated POST /orders request
 mod order_id; // UUIDv7 order identifiers
 mod quantity; // how many of one sku
 mod sku; // stock-keeping unit codes
-mod trace_parent; // W3C trace context carried to Kafka
 
 pub use customer_id::CustomerId;
 pub use new_order::{NewOrder, NewOrderItem, OrderRequest, OrderRequestItem};
@@ -14,4 +13,3 @@ pub use order_id::OrderId;
 pub use quantity::Quantity;
 pub use service_support::http::FieldError;
 pub use sku::Sku;
-pub use trace_parent::TraceParent;

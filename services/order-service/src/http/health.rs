@@ -27,13 +27,20 @@ pub(super) async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers, and the status consumer (when it runs)
+/// is doing its job.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready to take orders", body = Health),
-        (status = 503, description = "The database does not answer", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database does not answer, or the status consumer is not consuming (DLQ circuit open, database unreachable, dead letters not publishable, a partition worker died recently), with every reason", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    if let Some(health) = &state.consumer_health {
+        let problems = health.problems();
+        if !problems.is_empty() {
+            return Err(ApiError::Unavailable(problems.join("; ")));
+        }
+    }
     let ping = sqlx::query("select 1").execute(&state.pool);
     match tokio::time::timeout(READINESS_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(Json(Health { status: "ok" })),

@@ -18,6 +18,7 @@ pub fn recorder() -> PrometheusHandle {
 }
 
 fn describe() {
+    idempotent_consumer::describe_metrics();
     metrics::describe_counter!(
         "http_requests_total",
         "HTTP requests by method, route and status"
@@ -30,6 +31,10 @@ fn describe() {
     metrics::describe_counter!(
         "orders_created_total",
         "Orders written (each with its outbox row)"
+    );
+    metrics::describe_counter!(
+        "orders_cancelled_total",
+        "Orders cancelled (each with its PedidoCancelado outbox row)"
     );
     metrics::describe_counter!(
         "outbox_rows_written_total",

@@ -2,11 +2,12 @@
 
 mod health; // /healthz and /readyz
 mod metrics; // /metrics and this service's metric names
-mod orders; // POST /orders, GET /orders/{id}
+mod orders; // POST /orders, GET /orders/{id}, POST /orders/{id}/cancel
 
 use std::time::Duration;
 
 use axum::Router;
+use idempotent_consumer::Health;
 use service_support::http::{with_common_layers, with_openapi_pages};
 use service_support::metrics::PrometheusHandle;
 use sqlx::PgPool;
@@ -15,7 +16,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use metrics::recorder as metrics_recorder;
-pub use orders::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, OrderResponse};
+pub use orders::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, OrderResponse, OrderStatus};
 pub use service_support::http::ApiError;
 
 /// What every handler may use.
@@ -23,6 +24,8 @@ pub use service_support::http::ApiError;
 pub struct AppState {
     pub pool: PgPool,
     pub metrics: PrometheusHandle,
+    /// The status consumer's health, when it runs.
+    pub consumer_health: Option<Health>,
 }
 
 #[derive(OpenApi)]
@@ -31,8 +34,9 @@ pub struct AppState {
         title = "entrega order service",
         description = "Places orders. Each order is written with its items and one `PedidoCriado` \
                        outbox row in one PostgreSQL transaction; the relay publishes the row to \
-                       Kafka topic `pedido.eventos`. Every error is `application/problem+json` \
-                       (RFC 9457)."
+                       Kafka topic `pedido.eventos`. The inventory's outcome comes back on \
+                       `estoque.eventos` and moves the order from `PENDING` to `CONFIRMED` or \
+                       `REJECTED`. Every error is `application/problem+json` (RFC 9457)."
     ),
     tags(
         (name = "orders", description = "Placing and reading orders"),
@@ -48,6 +52,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
     let (routes, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(orders::create_order))
         .routes(routes!(orders::get_order))
+        .routes(routes!(orders::cancel_order))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))

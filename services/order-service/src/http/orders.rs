@@ -1,4 +1,4 @@
-//! POST /orders and GET /orders/{id}.
+//! POST /orders, GET /orders/{id} and POST /orders/{id}/cancel.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -9,10 +9,12 @@ use time::format_description::well_known::Rfc3339;
 use utoipa::ToSchema;
 
 use super::AppState;
-use crate::domain::{NewOrder, OrderId, OrderRequest, TraceParent};
+use crate::domain::{NewOrder, OrderId, OrderRequest};
+use crate::events;
 use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
-use crate::orders::{self, Order};
-use crate::outbox::{self, OutboxMessage};
+use crate::orders::{self, Order, StatusChange};
+use crate::status::{self, CANCELLABLE, CANCELLED, Change, Transition};
+use outbox::TraceParent;
 use service_support::http::ApiError;
 use service_support::http::{Problem, ValidJson};
 
@@ -27,13 +29,53 @@ const TRACEPARENT: &str = "traceparent";
 pub struct OrderResponse {
     pub id: uuid::Uuid,
     pub customer_id: String,
-    /// `PENDING` until the reservation outcome is known.
-    #[schema(example = "PENDING")]
-    pub status: String,
+    /// `PENDING` until the inventory's outcome arrives, then `CONFIRMED`
+    /// (stock reserved) or `REJECTED`; `CANCELLED` once cancelled.
+    pub status: OrderStatus,
+    /// Why the order is in its status: a rejection's reason.
+    #[schema(example = "insufficient stock for ABC-1: requested 3, available 2")]
+    pub status_reason: Option<String>,
     pub items: Vec<OrderItemResponse>,
     /// RFC 3339, UTC.
     #[schema(example = "2026-12-02T15:00:00.123456Z")]
     pub created_at: String,
+    /// Every status the order has been in, oldest first.
+    pub history: Vec<StatusChangeResponse>,
+}
+
+/// An order's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OrderStatus {
+    Pending,
+    Confirmed,
+    Rejected,
+    Cancelled,
+}
+
+impl OrderStatus {
+    /// The status as stored; `None` for a value this version does not know.
+    fn of(stored: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(stored.to_owned())).ok()
+    }
+}
+
+/// One entry of an order's status history.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusChangeResponse {
+    pub status: OrderStatus,
+    pub reason: Option<String>,
+    /// The message that caused the change: the order's `PedidoCriado` for
+    /// `PENDING`, the inventory's event for `CONFIRMED` and `REJECTED`, the
+    /// order's `PedidoCancelado` for `CANCELLED`.
+    pub message_id: Option<uuid::Uuid>,
+    /// RFC 3339, UTC.
+    pub at: String,
+}
+
+fn rfc3339(at: time::OffsetDateTime) -> String {
+    at.format(&Rfc3339).unwrap_or_else(|_| at.to_string())
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -42,12 +84,23 @@ pub struct OrderItemResponse {
     pub quantity: i32,
 }
 
-impl From<&Order> for OrderResponse {
-    fn from(order: &Order) -> Self {
-        Self {
+impl TryFrom<&Order> for OrderResponse {
+    type Error = ApiError;
+
+    fn try_from(order: &Order) -> Result<Self, ApiError> {
+        let status = |stored: &str| {
+            OrderStatus::of(stored).ok_or_else(|| {
+                ApiError::Internal(format!(
+                    "order {} has an unknown status {stored:?}",
+                    order.id
+                ))
+            })
+        };
+        Ok(Self {
             id: order.id.as_uuid(),
             customer_id: order.customer_id.clone(),
-            status: order.status.clone(),
+            status: status(&order.status)?,
+            status_reason: order.status_reason.clone(),
             items: order
                 .items
                 .iter()
@@ -56,11 +109,20 @@ impl From<&Order> for OrderResponse {
                     quantity: *quantity,
                 })
                 .collect(),
-            created_at: order
-                .created_at
-                .format(&Rfc3339)
-                .unwrap_or_else(|_| order.created_at.to_string()),
-        }
+            created_at: rfc3339(order.created_at),
+            history: order
+                .history
+                .iter()
+                .map(|change: &StatusChange| {
+                    Ok(StatusChangeResponse {
+                        status: status(&change.status)?,
+                        reason: change.reason.clone(),
+                        message_id: change.message_id,
+                        at: rfc3339(change.changed_at),
+                    })
+                })
+                .collect::<Result<_, ApiError>>()?,
+        })
     }
 }
 
@@ -111,7 +173,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
     request_body(content = OrderRequest, content_type = "application/json"),
     params(
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$", max_length = 255,
-            description = "1 to 255 printable ASCII characters; the same key with the same body replays the original response"),
+            description = "1 to 255 printable ASCII characters, remembered (24 h by default) with the request it came with: the same key with the same body replays the original response, with another body answers 422"),
         ("traceparent" = Option<String>, Header,
             description = "W3C Trace Context; a valid one travels with the event to Kafka, an invalid one is ignored"),
     ),
@@ -141,13 +203,14 @@ pub(super) async fn create_order(
     let hash = RequestHash::of(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
     let new_order = NewOrder::parse(request).map_err(ApiError::Validation)?;
 
-    let order = Order::pending(&new_order);
+    let mut order = Order::pending(&new_order);
     tracing::Span::current().record("order.id", tracing::field::display(order.id));
-    let message = OutboxMessage::order_created(&order, traceparent)
+    let message = events::order_created(&order, traceparent)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
+    order.announced_by(message.id);
     let response = SavedResponse {
         status: StatusCode::CREATED.as_u16(),
-        body: serde_json::to_value(OrderResponse::from(&order))
+        body: serde_json::to_value(OrderResponse::try_from(&order)?)
             .map_err(|e| ApiError::Internal(e.to_string()))?,
     };
 
@@ -171,7 +234,7 @@ pub(super) async fn create_order(
         }
     }
     orders::insert(&mut tx, &order).await?;
-    outbox::insert(&mut tx, &message).await?;
+    outbox::insert(&mut tx, std::slice::from_ref(&message)).await?;
     tx.commit().await?;
 
     metrics::counter!("orders_created_total").increment(1);
@@ -179,7 +242,7 @@ pub(super) async fn create_order(
     Ok(respond(response, false))
 }
 
-/// Reads an order.
+/// Reads an order: its status, the reason for it, and its history.
 #[utoipa::path(
     get,
     path = "/orders/{id}",
@@ -200,8 +263,124 @@ pub(super) async fn get_order(
 ) -> Result<axum::Json<OrderResponse>, ApiError> {
     let Path(id) = id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
     let order_id = OrderId::parse(&id).map_err(|_| ApiError::InvalidId(id.clone()))?;
-    let order = orders::find(&state.pool, order_id)
+    let mut conn = state.pool.acquire().await?;
+    let order = orders::find(&mut conn, order_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("order {order_id} does not exist")))?;
-    Ok(axum::Json(OrderResponse::from(&order)))
+    Ok(axum::Json(OrderResponse::try_from(&order)?))
+}
+
+/// Cancels an order.
+///
+/// From `PENDING` or `CONFIRMED`: writes `CANCELLED` and one
+/// `PedidoCancelado` outbox row in one transaction; the inventory releases
+/// the order's reservation, once. With an `Idempotency-Key`, a repeated
+/// request gets the original response (header `Idempotent-Replayed: true`).
+#[utoipa::path(
+    post,
+    path = "/orders/{id}/cancel",
+    tag = "orders",
+    params(
+        ("id" = String, Path, description = "The order id (UUID)", format = Uuid),
+        ("Idempotency-Key" = Option<String>, Header, pattern = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$", max_length = 255,
+            description = "1 to 255 printable ASCII characters, remembered (24 h by default) with the request it came with: a repeated request with the same key replays the original response, the key used on another request answers 422"),
+        ("traceparent" = Option<String>, Header,
+            description = "W3C Trace Context; a valid one travels with the event to Kafka, an invalid one is ignored"),
+    ),
+    responses(
+        (status = 200, description = "Cancelled, or the original response replayed", body = OrderResponse,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed response"))),
+        (status = 400, description = "The id is not a UUID, or an invalid header", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such order", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The order's status forbids it (REJECTED, or already CANCELLED)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Idempotency-Key used before with another request", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Unexpected error (logged)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Timed out", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[tracing::instrument(skip_all, fields(order.id, idempotency.key), err(level = "info"))]
+pub(super) async fn cancel_order(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
+    let order_id = OrderId::parse(&id).map_err(|_| ApiError::InvalidId(id.clone()))?;
+    tracing::Span::current().record("order.id", tracing::field::display(order_id));
+    let key = idempotency_key(&headers)?;
+    let traceparent = headers
+        .get(TRACEPARENT)
+        .and_then(|value| value.to_str().ok())
+        .and_then(TraceParent::parse);
+    // The same key on another order, or on POST /orders, is another request.
+    let hash = RequestHash::of(&serde_json::json!({"cancel": order_id.to_string()}))
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let message = events::order_cancelled(order_id, traceparent);
+
+    let mut tx = state.pool.begin().await?;
+    if let Some(key) = &key {
+        tracing::Span::current().record("idempotency.key", key.as_str());
+        // Claimed first, so a concurrent repeat waits for this one; the
+        // response is recorded once known, in the same transaction.
+        let pending = SavedResponse {
+            status: StatusCode::OK.as_u16(),
+            body: serde_json::Value::Null,
+        };
+        match idempotency::claim(&mut tx, key, hash, order_id, &pending).await? {
+            Claim::Claimed => {}
+            Claim::Replay(saved) => {
+                metrics::counter!("idempotent_replays_total").increment(1);
+                return Ok(respond(saved, true));
+            }
+            Claim::Conflict => {
+                return Err(ApiError::Unprocessable {
+                    problem_type: "/problems/idempotency-key-reused",
+                    title: "Idempotency-Key reused",
+                    detail: "this Idempotency-Key was already used with a different request"
+                        .to_owned(),
+                });
+            }
+        }
+    }
+    let change = Change {
+        order_id: order_id.as_uuid(),
+        to: CANCELLED,
+        from: CANCELLABLE,
+        reason: None,
+        message_id: message.id,
+    };
+    match status::transition(&mut tx, &change).await? {
+        Transition::Changed => {}
+        Transition::NotAllowed { current } => {
+            return Err(ApiError::Conflict {
+                problem_type: "/problems/order-status-conflict",
+                title: "The order's status forbids it",
+                detail: format!(
+                    "order {order_id} is {current}: only PENDING or CONFIRMED orders can be cancelled"
+                ),
+            });
+        }
+        Transition::UnknownOrder => {
+            return Err(ApiError::NotFound(format!(
+                "order {order_id} does not exist"
+            )));
+        }
+    }
+    outbox::insert(&mut tx, std::slice::from_ref(&message)).await?;
+    let order = orders::find(&mut tx, order_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("order {order_id} vanished while cancelled")))?;
+    let response = SavedResponse {
+        status: StatusCode::OK.as_u16(),
+        body: serde_json::to_value(OrderResponse::try_from(&order)?)
+            .map_err(|e| ApiError::Internal(e.to_string()))?,
+    };
+    if let Some(key) = &key {
+        idempotency::record_response(&mut tx, key, &response).await?;
+    }
+    tx.commit().await?;
+
+    metrics::counter!("orders_cancelled_total").increment(1);
+    metrics::counter!("outbox_rows_written_total", "event_type" => message.event_type).increment(1);
+    Ok(respond(response, false))
 }

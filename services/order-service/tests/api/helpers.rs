@@ -33,7 +33,7 @@ pub(crate) struct TestApp {
     database: String,
     maintenance: PgConnectOptions,
     shutdown: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    server: Option<tokio::task::JoinHandle<Result<(), order_service::RunError>>>,
 }
 
 /// What a request got back, read in full.
@@ -76,7 +76,13 @@ impl Reply {
     }
 }
 
+/// The API alone: the status consumer has its own tests.
 pub(crate) async fn spawn_app() -> TestApp {
+    spawn_app_with(&["--no-status-consumer"]).await
+}
+
+/// The service with extra command-line arguments.
+pub(crate) async fn spawn_app_with(extra: &[&str]) -> TestApp {
     init_logs();
     let maintenance: PgConnectOptions = server_url()
         .parse::<PgConnectOptions>()
@@ -97,7 +103,7 @@ pub(crate) async fn spawn_app() -> TestApp {
         .database(&database)
         .to_url_lossy()
         .to_string();
-    let config = test_config(&url);
+    let config = test_config(&url, extra);
     let application = Application::build(config)
         .await
         .expect("the service starts");
@@ -122,16 +128,17 @@ pub(crate) async fn spawn_app() -> TestApp {
     }
 }
 
-fn test_config(url: &str) -> Config {
+fn test_config(url: &str, extra: &[&str]) -> Config {
     use clap::Parser;
-    Config::try_parse_from([
+    let mut args = vec![
         "order-service",
         "--database-url",
         url,
         "--http-addr",
         "127.0.0.1:0",
-    ])
-    .expect("test configuration is valid")
+    ];
+    args.extend_from_slice(extra);
+    Config::try_parse_from(args).expect("test configuration is valid")
 }
 
 impl TestApp {
@@ -208,7 +215,7 @@ impl TestApp {
             let _ = shutdown.send(());
         }
         if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
+            server.await.unwrap().expect("the service stops cleanly");
         }
     }
 }

@@ -1,22 +1,17 @@
-//! The transactional outbox: the event that tells the world an order exists,
-//! written in the same transaction as the order.
-//!
-//! The row format is the contract with the relay and with Debezium's Outbox
-//! Event Router: `aggregatetype` routes to the topic `<aggregatetype>.eventos`,
-//! `aggregateid` becomes the record key, `type` the `eventType` header and
-//! `payload` the record value, unchanged.
+//! The order's events as outbox rows (the `outbox` crate writes them), each
+//! in the same transaction as the change it announces.
 
+use outbox::{OutboxMessage, TraceParent};
 use serde::Serialize;
-use sqlx::types::Json;
-use sqlx::{Postgres, Transaction};
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use crate::domain::TraceParent;
+use crate::domain::OrderId;
 use crate::orders::Order;
 
 pub const AGGREGATE_TYPE_ORDER: &str = "pedido";
 pub const EVENT_ORDER_CREATED: &str = "PedidoCriado";
+pub const EVENT_ORDER_CANCELLED: &str = "PedidoCancelado";
 
 /// The `PedidoCriado` event; wire names follow the domain language.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -56,52 +51,34 @@ impl PedidoCriado {
     }
 }
 
-/// One outbox row to write.
-#[derive(Debug, Clone)]
-pub struct OutboxMessage {
-    /// The message id: the consumer deduplicates on it.
-    pub id: Uuid,
-    pub aggregate_type: &'static str,
-    pub aggregate_id: String,
-    pub event_type: &'static str,
-    pub payload: serde_json::Value,
-    pub traceparent: Option<TraceParent>,
-}
-
-impl OutboxMessage {
-    pub fn order_created(
-        order: &Order,
-        traceparent: Option<TraceParent>,
-    ) -> Result<Self, serde_json::Error> {
-        Ok(Self {
-            id: Uuid::now_v7(),
-            aggregate_type: AGGREGATE_TYPE_ORDER,
-            aggregate_id: order.id.to_string(),
-            event_type: EVENT_ORDER_CREATED,
-            payload: serde_json::to_value(PedidoCriado::of(order))?,
-            traceparent,
-        })
-    }
-}
-
-#[tracing::instrument(skip_all, fields(outbox.id = %message.id, aggregate.id = %message.aggregate_id), err)]
-pub async fn insert(
-    tx: &mut Transaction<'_, Postgres>,
-    message: &OutboxMessage,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
-         values ($1, $2, $3, $4, $5, $6)",
+/// The outbox row announcing that `order_id` was cancelled. Same aggregate,
+/// same key: it follows the order's `PedidoCriado` on its partition.
+pub fn order_cancelled(order_id: OrderId, traceparent: Option<TraceParent>) -> OutboxMessage {
+    let now = time::OffsetDateTime::now_utc();
+    OutboxMessage::new(
+        AGGREGATE_TYPE_ORDER,
+        order_id.to_string(),
+        EVENT_ORDER_CANCELLED,
+        serde_json::json!({
+            "pedidoId": order_id.as_uuid(),
+            "canceladoEm": now.format(&Rfc3339).unwrap_or_else(|_| now.to_string()),
+        }),
+        traceparent,
     )
-    .bind(message.id)
-    .bind(message.aggregate_type)
-    .bind(&message.aggregate_id)
-    .bind(message.event_type)
-    .bind(Json(&message.payload))
-    .bind(message.traceparent.as_ref().map(TraceParent::as_str))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+}
+
+/// The outbox row announcing `order`.
+pub fn order_created(
+    order: &Order,
+    traceparent: Option<TraceParent>,
+) -> Result<OutboxMessage, serde_json::Error> {
+    Ok(OutboxMessage::new(
+        AGGREGATE_TYPE_ORDER,
+        order.id.to_string(),
+        EVENT_ORDER_CREATED,
+        serde_json::to_value(PedidoCriado::of(order))?,
+        traceparent,
+    ))
 }
 
 #[cfg(test)]
@@ -117,8 +94,10 @@ mod tests {
             id,
             customer_id: "c-42".into(),
             status: "PENDING".into(),
+            status_reason: None,
             items: vec![("ABC-1".into(), 2)],
             created_at: datetime!(2026-12-02 15:00:00 UTC),
+            history: Vec::new(),
         };
         let payload = serde_json::to_value(PedidoCriado::of(&order)).unwrap();
         assert_eq!(

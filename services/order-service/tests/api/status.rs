@@ -1,0 +1,379 @@
+//! The `pedido.status` consumer against the real database and broker: the
+//! inventory's outcomes move orders out of PENDING, once, never backwards;
+//! what cannot be applied goes to the DLT with its reason.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{Value, json};
+use sqlx::Connection;
+use test_support::eventually::eventually;
+use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic, unique_name};
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, order_body, spawn_app_with};
+
+const PARTITIONS: i32 = 3;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// An order service consuming topics of its own.
+struct StatusTest {
+    app: TestApp,
+    topic: String,
+    dlt: String,
+    producer: FutureProducer,
+}
+
+impl StatusTest {
+    async fn start(extra: &[&str]) -> Self {
+        let bootstrap = bootstrap_servers();
+        let topic = unique_name("statustest");
+        let dlt = format!("{topic}.dlt");
+        create_topic(&bootstrap, &topic, PARTITIONS).await;
+        create_topic(&bootstrap, &dlt, PARTITIONS).await;
+        let mut args = vec![
+            "--bootstrap-servers",
+            &bootstrap,
+            "--status-topic",
+            &topic,
+            "--status-dlt-topic",
+            &dlt,
+            "--status-group",
+            &topic,
+            "--status-retry-backoff",
+            "100ms",
+        ];
+        args.extend_from_slice(extra);
+        let app = spawn_app_with(&args).await;
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("partitioner", "murmur2_random")
+            .create()
+            .unwrap();
+        Self {
+            app,
+            topic,
+            dlt,
+            producer,
+        }
+    }
+
+    /// Places an order through the API; its id.
+    async fn place(&self) -> Uuid {
+        let reply = self
+            .app
+            .post_order(&order_body("c-status", &[("ABC-1", 2)]))
+            .await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.body["id"].as_str().unwrap().parse().unwrap()
+    }
+
+    async fn produce(&self, key: &str, headers: &[(&str, &str)], value: Option<&str>) {
+        let mut owned = OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(Header {
+                key: name,
+                value: Some(*value),
+            });
+        }
+        let mut record: FutureRecord<'_, str, str> =
+            FutureRecord::to(&self.topic).key(key).headers(owned);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        self.producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("the broker takes the record");
+    }
+
+    /// An inventory outcome for `order`, with message id `id`.
+    async fn outcome(&self, id: Uuid, order: Uuid, event_type: &str, reason: Option<&str>) {
+        let mut value = json!({"pedidoId": order, "decididoEm": "2026-12-05T10:00:00Z"});
+        if let Some(reason) = reason {
+            value["motivo"] = json!(reason);
+        }
+        self.produce(
+            &order.to_string(),
+            &[("id", &id.to_string()), ("eventType", event_type)],
+            Some(&value.to_string()),
+        )
+        .await;
+    }
+
+    async fn order(&self, id: Uuid) -> Value {
+        let reply = self.app.get(&format!("/orders/{id}")).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.body
+    }
+
+    async fn wait_for_status(&self, id: Uuid, status: &str) -> Value {
+        eventually(&format!("order {id} is {status}"), WAIT, || async {
+            let order = self.order(id).await;
+            (order["status"] == status).then_some(order)
+        })
+        .await
+    }
+
+    async fn metric(&self, prefix: &str) -> f64 {
+        let reply = self.app.get("/metrics").await;
+        test_support::metrics::sum(reply.body.as_str().unwrap_or_default(), prefix)
+    }
+
+    /// Waits until the consumer has finished `count` records in all.
+    async fn wait_for_processed(&self, count: f64) {
+        eventually(&format!("{count} records processed"), WAIT, || async {
+            (self.metric("consumer_processed_total").await >= count).then_some(())
+        })
+        .await;
+    }
+
+    async fn dlt_records(&self, count: usize) -> Vec<Record> {
+        TopicReader::new(&bootstrap_servers(), &self.dlt)
+            .read_at_least(count, WAIT)
+            .await
+    }
+
+    async fn claimed(&self, id: Uuid) -> bool {
+        sqlx::query_scalar(
+            "select exists (select 1 from mensagem_processada where consumidor = 'pedido.status' and mensagem_id = $1)",
+        )
+        .bind(id)
+        .fetch_one(&self.app.pool)
+        .await
+        .unwrap()
+    }
+}
+
+fn history(order: &Value) -> Vec<(String, Option<String>)> {
+    order["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["status"].as_str().unwrap().to_owned(),
+                entry["messageId"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reservation_confirms_the_order_once_and_its_duplicate_changes_nothing() {
+    let test = StatusTest::start(&[]).await;
+    let order = test.place().await;
+    let created = test.order(order).await;
+    assert_eq!(created["status"], "PENDING");
+    let pedido_criado: Uuid = sqlx::query_scalar("select id from outbox where aggregateid = $1")
+        .bind(order.to_string())
+        .fetch_one(&test.app.pool)
+        .await
+        .unwrap();
+
+    let message = Uuid::now_v7();
+    test.outcome(message, order, "EstoqueReservado", None).await;
+    test.outcome(message, order, "EstoqueReservado", None).await;
+    test.wait_for_processed(2.0).await;
+
+    let confirmed = test.wait_for_status(order, "CONFIRMED").await;
+    assert_eq!(confirmed["statusReason"], Value::Null);
+    assert_eq!(
+        history(&confirmed),
+        [
+            ("PENDING".to_owned(), Some(pedido_criado.to_string())),
+            ("CONFIRMED".to_owned(), Some(message.to_string())),
+        ]
+    );
+    assert_eq!(test.metric("consumer_duplicates_total").await, 1.0);
+}
+
+#[tokio::test]
+async fn a_rejection_keeps_the_inventory_reason() {
+    let test = StatusTest::start(&[]).await;
+    let order = test.place().await;
+    let reason = "insufficient stock for ABC-1: requested 2, available 1";
+    test.outcome(Uuid::now_v7(), order, "EstoqueRejeitado", Some(reason))
+        .await;
+    let rejected = test.wait_for_status(order, "REJECTED").await;
+    assert_eq!(rejected["statusReason"], reason);
+    assert_eq!(history(&rejected).len(), 2);
+}
+
+#[tokio::test]
+async fn a_later_outcome_that_the_status_does_not_allow_changes_nothing() {
+    let test = StatusTest::start(&[]).await;
+    let order = test.place().await;
+    // One key, one partition: applied in this order.
+    let first = Uuid::now_v7();
+    test.outcome(first, order, "EstoqueRejeitado", Some("unknown sku ABC-1"))
+        .await;
+    test.outcome(Uuid::now_v7(), order, "EstoqueReservado", None)
+        .await;
+    test.wait_for_processed(2.0).await;
+
+    let settled = test.order(order).await;
+    assert_eq!(settled["status"], "REJECTED");
+    assert_eq!(settled["statusReason"], "unknown sku ABC-1");
+    assert_eq!(
+        history(&settled).last(),
+        Some(&("REJECTED".to_owned(), Some(first.to_string())))
+    );
+    assert_eq!(history(&settled).len(), 2);
+    let superseded = test
+        .metric("consumer_processed_total{outcome=\"superseded\"")
+        .await;
+    assert_eq!(superseded, 1.0);
+}
+
+#[tokio::test]
+async fn an_outcome_for_an_unknown_order_is_dead_lettered_unclaimed_and_the_partition_moves_on() {
+    let test = StatusTest::start(&[]).await;
+    let stranger = Uuid::now_v7();
+    let message = Uuid::now_v7();
+    test.outcome(message, stranger, "EstoqueReservado", None)
+        .await;
+    let dead = test.dlt_records(1).await;
+    assert_eq!(
+        dead[0].header("id").as_deref(),
+        Some(message.to_string().as_str())
+    );
+    assert_eq!(
+        dead[0].header("dlt-reason").as_deref(),
+        Some("unknown-aggregate")
+    );
+    assert!(
+        dead[0]
+            .header("kafka_dlt-exception-message")
+            .is_some_and(|m| m.contains(&stranger.to_string())),
+        "{dead:?}"
+    );
+    // No claim is left behind: once the cause is fixed, a redrive applies it.
+    assert!(!test.claimed(message).await);
+
+    // The same key's next record is not held up.
+    let order = test.place().await;
+    test.outcome(Uuid::now_v7(), order, "EstoqueReservado", None)
+        .await;
+    test.wait_for_status(order, "CONFIRMED").await;
+}
+
+#[tokio::test]
+async fn each_unprocessable_record_goes_to_the_dlt_with_its_reason() {
+    let test = StatusTest::start(&[]).await;
+    let order = test.place().await.to_string();
+    let good = json!({"pedidoId": order}).to_string();
+    let id = || Uuid::now_v7().to_string();
+    let (a, b, c, d, e) = (id(), id(), id(), id(), id());
+    test.produce(&order, &[("id", &a)], Some(&good)).await;
+    test.produce(
+        &order,
+        &[("id", &b), ("eventType", "EstoqueDevolvido")],
+        Some(&good),
+    )
+    .await;
+    test.produce(
+        &order,
+        &[("id", &c), ("eventType", "EstoqueReservado")],
+        Some("{oops"),
+    )
+    .await;
+    test.produce(
+        &order,
+        &[("id", &d), ("eventType", "EstoqueRejeitado")],
+        Some(&good),
+    )
+    .await;
+    test.produce(&order, &[("eventType", "EstoqueReservado")], Some(&good))
+        .await;
+    test.produce(
+        &order,
+        &[("id", &e), ("eventType", "EstoqueReservado")],
+        Some(&good),
+    )
+    .await;
+    test.wait_for_status(order.parse().unwrap(), "CONFIRMED")
+        .await;
+
+    let dead = test.dlt_records(5).await;
+    let reasons: Vec<(Option<String>, Option<String>)> = dead
+        .iter()
+        .map(|r| (r.header("id"), r.header("dlt-reason")))
+        .collect();
+    let expected = [
+        (Some(a), "missing-header"),
+        (Some(b), "unknown-event-type"),
+        (Some(c), "invalid-json"),
+        (Some(d), "schema-violation"),
+        (None, "missing-header"),
+    ];
+    assert_eq!(reasons.len(), expected.len(), "{reasons:?}");
+    for ((id, reason), (expected_id, expected_reason)) in reasons.iter().zip(expected) {
+        assert_eq!(id, &expected_id);
+        assert_eq!(reason.as_deref(), Some(expected_reason));
+    }
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_retried_then_dead_lettered_and_the_order_stays_as_it_was() {
+    let test = StatusTest::start(&["--statement-timeout", "300ms", "--status-retries", "2"]).await;
+    let order = test.place().await;
+    // Another transaction holds the order row for longer than the retries
+    // last: each attempt's update times out.
+    let mut blocker = sqlx::PgConnection::connect_with(&test.app.pool.connect_options())
+        .await
+        .unwrap();
+    let mut held = blocker.begin().await.unwrap();
+    sqlx::query("select 1 from orders where id = $1 for update")
+        .bind(order)
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let message = Uuid::now_v7();
+    test.outcome(message, order, "EstoqueReservado", None).await;
+    let dead = test.dlt_records(1).await;
+    assert_eq!(
+        dead[0].header("dlt-reason").as_deref(),
+        Some("retries-exhausted")
+    );
+    assert_eq!(test.metric("consumer_retries_total").await, 2.0);
+    held.rollback().await.unwrap();
+    assert_eq!(test.order(order).await["status"], "PENDING");
+    assert!(!test.claimed(message).await);
+}
+
+#[tokio::test]
+async fn a_release_after_a_cancellation_changes_nothing_and_a_late_reservation_neither() {
+    let test = StatusTest::start(&[]).await;
+    let order = test.place().await;
+    let cancelled = test
+        .app
+        .client
+        .post(test.app.url(&format!("/orders/{order}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 200);
+    // The reservation decided before the cancellation arrived, then its
+    // release: the order stays CANCELLED.
+    test.outcome(Uuid::now_v7(), order, "EstoqueReservado", None)
+        .await;
+    test.outcome(Uuid::now_v7(), order, "EstoqueLiberado", None)
+        .await;
+    test.wait_for_processed(2.0).await;
+    let settled = test.order(order).await;
+    assert_eq!(settled["status"], "CANCELLED");
+    assert_eq!(history(&settled).len(), 2);
+    assert_eq!(
+        test.metric("consumer_processed_total{outcome=\"released\"")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        test.metric("consumer_processed_total{outcome=\"superseded\"")
+            .await,
+        1.0
+    );
+}
