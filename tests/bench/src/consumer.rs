@@ -38,7 +38,7 @@ async fn database() -> (TestDatabase, PgPool) {
     let (database, pool) = TestDatabase::create_migrated(
         &inventory_server(),
         "bench_inventory",
-        &sqlx::migrate!("../../migrations/inventory"),
+        &outbox::with_outbox(sqlx::migrate!("../../migrations/inventory")),
         8,
     )
     .await;

@@ -106,13 +106,9 @@ async fn fill_history(pool: &PgPool, rows: i64) {
 /// empty outbox. With `retained_history`, the relay keeps published rows
 /// (`--retain-published`) and that many are already in the table.
 pub(crate) async fn relay_rate(args: &Args, bootstrap: &str, retained_history: Option<i64>) -> f64 {
-    let (database, pool) = TestDatabase::create_migrated(
-        &orders_server(),
-        "bench_relay",
-        &sqlx::migrate!("../../migrations/orders"),
-        2,
-    )
-    .await;
+    let (database, pool) =
+        TestDatabase::create_migrated(&orders_server(), "bench_relay", &[outbox::migrator()], 2)
+            .await;
     let aggregate_type = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let topic = format!("{aggregate_type}.eventos");
     create_topic(bootstrap, &topic, 6).await;

@@ -67,27 +67,83 @@ pub async fn place_orders(
                     "customerId": "c-e2e",
                     "items": items.iter().map(|(sku, q)| serde_json::json!({"sku": sku, "quantity": q})).collect::<Vec<_>>(),
                 });
-                for _ in 0..20 {
-                    let Ok(reply) = client.post(&url).header("Idempotency-Key", &key).json(&body).send().await else {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        continue;
-                    };
-                    let status = reply.status();
-                    let reply: serde_json::Value = reply.json().await.unwrap_or_default();
-                    if status.is_server_error() {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        continue;
-                    }
-                    assert!(status.is_success(), "POST /orders answered {status}: {reply}");
-                    let id = reply["id"].as_str().and_then(|id| Uuid::parse_str(id).ok()).unwrap();
-                    return Placed { id, items };
-                }
-                panic!("POST /orders failed twenty times");
+                let (status, reply) = post_until_answered(&client, &url, &key, Some(&body)).await;
+                assert!(status.is_success(), "POST /orders answered {status}: {reply}");
+                let reply: serde_json::Value = serde_json::from_str(&reply).unwrap_or_default();
+                let id = reply["id"].as_str().and_then(|id| Uuid::parse_str(id).ok()).unwrap();
+                Placed { id, items }
             }
         })
         .buffer_unordered(concurrency)
         .collect()
         .await
+}
+
+/// Cancels `orders`, `concurrency` at a time, each with its own
+/// Idempotency-Key, retried like [`place_orders`]. Returns the orders whose
+/// cancellation was accepted (200); a 409 (the order was REJECTED first) is
+/// an answer, not a failure; any other 4xx fails the scenario.
+pub async fn cancel_orders(
+    order_service: String,
+    orders: Vec<Uuid>,
+    concurrency: usize,
+) -> Vec<Uuid> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let cancelled: Vec<Option<Uuid>> = stream::iter(orders)
+        .map(|id| {
+            let (client, url) = (
+                client.clone(),
+                format!("{order_service}/orders/{id}/cancel"),
+            );
+            let key = format!("cancel-{}", Uuid::new_v4());
+            async move {
+                let (status, body) = post_until_answered(&client, &url, &key, None).await;
+                match status.as_u16() {
+                    200 => Some(id),
+                    409 => None,
+                    _ => panic!("POST /orders/{id}/cancel answered {status}: {body}"),
+                }
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    cancelled.into_iter().flatten().collect()
+}
+
+/// How long a client keeps retrying one request: longer than the order
+/// service is ever down in a scenario (a restart waits out the session).
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// POSTs until the service answers with something other than a 5xx,
+/// retrying transport errors and 5xx with the same Idempotency-Key.
+async fn post_until_answered(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: Option<&serde_json::Value>,
+) -> (reqwest::StatusCode, String) {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    loop {
+        let mut request = client.post(url).header("Idempotency-Key", key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        if let Ok(reply) = request.send().await {
+            let status = reply.status();
+            if !status.is_server_error() {
+                return (status, reply.text().await.unwrap_or_default());
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "POST {url} got no answer but errors for {RETRY_FOR:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Places orders in the background while a scenario injects faults.

@@ -15,6 +15,9 @@ use test_support::process::{RELAY_QUICK_FLAGS, Service, free_port};
 
 pub const TOPIC: &str = "pedido.eventos";
 pub const DLT: &str = "pedido.eventos.dlt";
+/// The way back: the inventory's outcomes, published from its outbox.
+pub const BACK_TOPIC: &str = "estoque.eventos";
+pub const BACK_DLT: &str = "estoque.eventos.dlt";
 pub const PARTITIONS: i32 = 6;
 /// Short, so a killed consumer's partitions move quickly.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
@@ -44,8 +47,11 @@ fn server(variable: &str, default: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Orders,
+    /// The relay on the orders database (pedido.eventos).
     Relay,
     Inventory,
+    /// The relay on the inventory database (estoque.eventos).
+    InventoryRelay,
 }
 
 /// A running service with its HTTP address.
@@ -72,6 +78,7 @@ impl Running {
 pub struct PipelineOptions {
     pub relays: usize,
     pub consumers: usize,
+    pub inventory_relays: usize,
     /// Stock per sku at the start.
     pub stock: Vec<(&'static str, i32)>,
     /// Put both databases on a PostgreSQL cluster of the scenario's own, so
@@ -88,6 +95,7 @@ impl Default for PipelineOptions {
         Self {
             relays: 1,
             consumers: 1,
+            inventory_relays: 1,
             stock: vec![
                 ("ABC-1", 100_000),
                 ("XYZ-9", 100_000),
@@ -118,11 +126,27 @@ impl Endpoints {
                 .collect::<Vec<String>>()
         };
         match kind {
-            Kind::Orders => list(&["--database-url", &self.orders_url, "--http-addr", http]),
-            Kind::Relay => {
+            Kind::Orders => list(&[
+                "--database-url",
+                &self.orders_url,
+                "--http-addr",
+                http,
+                "--bootstrap-servers",
+                &self.broker,
+                "--status-session-timeout",
+                &format!("{}s", SESSION_TIMEOUT.as_secs()),
+            ]),
+            Kind::Relay | Kind::InventoryRelay => {
+                let (database, topic) = if kind == Kind::Relay {
+                    (&self.orders_url, TOPIC)
+                } else {
+                    (&self.inventory_url, BACK_TOPIC)
+                };
                 let mut args = list(&[
                     "--database-url",
-                    &self.orders_url,
+                    database,
+                    "--topics",
+                    topic,
                     "--bootstrap-servers",
                     &self.broker,
                     "--http-addr",
@@ -151,13 +175,18 @@ impl Endpoints {
 
     /// Starts a service and waits until it answers.
     pub async fn spawn(&self, kind: Kind, envs: &[(&str, String)]) -> Running {
+        self.spawn_at(kind, &format!("127.0.0.1:{}", free_port()), envs)
+            .await
+    }
+
+    /// Starts a service on `http` (host:port) and waits until it answers.
+    pub async fn spawn_at(&self, kind: Kind, http: &str, envs: &[(&str, String)]) -> Running {
         let name = match kind {
             Kind::Orders => "order-service",
-            Kind::Relay => "outbox-relay",
+            Kind::Relay | Kind::InventoryRelay => "outbox-relay",
             Kind::Inventory => "inventory-service",
         };
-        let http = format!("127.0.0.1:{}", free_port());
-        let args = self.args(kind, &http);
+        let args = self.args(kind, http);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut envs = envs.to_vec();
         envs.push((
@@ -211,6 +240,7 @@ pub struct Pipeline {
     pub order_service: Running,
     pub relays: Vec<Running>,
     pub consumers: Vec<Running>,
+    pub inventory_relays: Vec<Running>,
     pub initial_stock: HashMap<String, i32>,
     /// Faults injected so far.
     pub faults: u32,
@@ -232,6 +262,8 @@ impl Pipeline {
         let broker = PrivateBroker::start().await;
         create_topic(&broker.address, TOPIC, PARTITIONS).await;
         create_topic(&broker.address, DLT, PARTITIONS).await;
+        create_topic(&broker.address, BACK_TOPIC, PARTITIONS).await;
+        create_topic(&broker.address, BACK_DLT, PARTITIONS).await;
         let postgres = if options.own_postgres {
             Some(PrivatePostgres::start().await)
         } else {
@@ -287,6 +319,7 @@ impl Pipeline {
             order_service,
             relays: Vec::new(),
             consumers: Vec::new(),
+            inventory_relays: Vec::new(),
             initial_stock: HashMap::new(),
             faults: 0,
             duplicates_seen,
@@ -298,6 +331,10 @@ impl Pipeline {
         }
         for _ in 0..options.consumers {
             pipeline.start_consumer().await;
+        }
+        // After an inventory service: it creates the outbox table.
+        for _ in 0..options.inventory_relays {
+            pipeline.start_inventory_relay().await;
         }
         for (sku, available) in options.stock {
             pipeline.set_stock(sku, available).await;
@@ -332,11 +369,17 @@ impl Pipeline {
         self.relays.push(relay);
     }
 
+    pub async fn start_inventory_relay(&mut self) {
+        let relay = self.endpoints.spawn(Kind::InventoryRelay, &[]).await;
+        self.inventory_relays.push(relay);
+    }
+
     /// SIGKILL one process, counted as a fault.
     pub async fn kill(&mut self, kind: Kind, index: usize) {
         let running = match kind {
             Kind::Relay => self.relays.remove(index),
             Kind::Inventory => self.consumers.remove(index),
+            Kind::InventoryRelay => self.inventory_relays.remove(index),
             Kind::Orders => panic!("the order service is not a fault target"),
         };
         if kind == Kind::Inventory
@@ -348,11 +391,59 @@ impl Pipeline {
         self.faults += 1;
     }
 
+    /// SIGKILL the order service and start it again on the same address,
+    /// so clients retrying their requests find it: counted as a fault.
+    /// Clients see it down for a little longer than the session timeout.
+    pub async fn restart_order_service(&mut self) {
+        let address = self
+            .order_service
+            .http
+            .trim_start_matches("http://")
+            .to_owned();
+        self.order_service.service.signal(Signal::SIGKILL);
+        self.faults += 1;
+        // The dead process's socket closes with it; then the port is free.
+        eventually(
+            "the killed order service stops answering",
+            Duration::from_secs(10),
+            || async {
+                tokio::net::TcpStream::connect(&address)
+                    .await
+                    .is_err()
+                    .then_some(())
+            },
+        )
+        .await;
+        // tansu gives a member restarted within its session timeout no
+        // partitions (docs/local-services.md): the order service's status
+        // consumer is the group's only member, so the restart waits it out,
+        // and the restarted service must really own partitions again.
+        tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(1)).await;
+        let fresh = self.endpoints.spawn_at(Kind::Orders, &address, &[]).await;
+        eventually(
+            "the restarted order service's status consumer owns partitions",
+            Duration::from_secs(60),
+            || async {
+                fresh
+                    .metric("consumer_assigned_partitions")
+                    .await
+                    .filter(|p| *p > 0.0)
+                    .map(|_| ())
+            },
+        )
+        .await;
+        std::mem::replace(&mut self.order_service, fresh)
+            .service
+            .kill()
+            .await;
+    }
+
     /// Sends a signal; every signal but SIGCONT counts as a fault.
     pub fn signal(&mut self, kind: Kind, index: usize, signal: Signal) {
         let running = match kind {
             Kind::Relay => &self.relays[index],
             Kind::Inventory => &self.consumers[index],
+            Kind::InventoryRelay => &self.inventory_relays[index],
             Kind::Orders => &self.order_service,
         };
         running.service.signal(signal);
@@ -391,7 +482,12 @@ impl Pipeline {
     pub async fn stop(self) {
         self.watcher.abort();
         let grace = Duration::from_secs(60);
-        for running in self.consumers.into_iter().chain(self.relays) {
+        for running in self
+            .consumers
+            .into_iter()
+            .chain(self.relays)
+            .chain(self.inventory_relays)
+        {
             assert_eq!(
                 running.service.terminate(grace).await,
                 Some(0),

@@ -15,14 +15,17 @@ fn results_dir() -> PathBuf {
 /// Prints the scenario's line and records it.
 pub fn report(scenario: &str, outcome: &Outcome) {
     println!(
-        "scenario={scenario} orders={} faults={} lost={} double_effects={} order_violations={} duplicates_absorbed={} dlt={}",
+        "scenario={scenario} orders={} cancelled={} faults={} lost={} double_effects={} order_violations={} status_mismatches={} duplicates_absorbed={} dlt={} back_dlt={}",
         outcome.orders,
+        outcome.cancelled,
         outcome.faults,
         outcome.lost,
         outcome.double_effects,
         outcome.order_violations,
+        outcome.status_mismatches,
         outcome.duplicates_absorbed,
-        outcome.dlt
+        outcome.dlt,
+        outcome.back_dlt_reasons.values().sum::<usize>()
     );
     let record = serde_json::json!({"scenario": scenario, "outcome": outcome});
     std::fs::write(
@@ -37,4 +40,8 @@ pub fn assert_sound(outcome: &Outcome) {
     assert_eq!(outcome.lost, 0, "orders lost: {outcome:?}");
     assert_eq!(outcome.double_effects, 0, "double effects: {outcome:?}");
     assert_eq!(outcome.order_violations, 0, "order violations: {outcome:?}");
+    assert_eq!(
+        outcome.status_mismatches, 0,
+        "status mismatches: {outcome:?}"
+    );
 }

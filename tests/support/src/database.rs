@@ -37,12 +37,12 @@ impl TestDatabase {
         }
     }
 
-    /// A fresh database with `migrator`'s migrations applied, and a pool of
-    /// `connections` to it.
+    /// A fresh database with `migrators`' migrations applied in order, and a
+    /// pool of `connections` to it.
     pub async fn create_migrated(
         server_url: &str,
         prefix: &str,
-        migrator: &Migrator,
+        migrators: &[Migrator],
         connections: u32,
     ) -> (Self, PgPool) {
         let database = Self::create(server_url, prefix).await;
@@ -51,10 +51,12 @@ impl TestDatabase {
             .connect_with(database.options.clone())
             .await
             .expect("the new database accepts connections");
-        migrator
-            .run(&pool)
-            .await
-            .expect("the migrations apply to an empty database");
+        for migrator in migrators {
+            migrator
+                .run(&pool)
+                .await
+                .expect("the migrations apply to an empty database");
+        }
         (database, pool)
     }
 

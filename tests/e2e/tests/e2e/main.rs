@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod brokers;
+mod cancellations;
 mod chaos;
 mod consumers;
 mod databases;

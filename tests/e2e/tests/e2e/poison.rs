@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use e2e::invariants::{check, settle};
+use e2e::invariants::{check, settle, settle_reservations};
 use e2e::load::{Placed, place_orders_in_background};
 use e2e::pipeline::TOPIC;
 use e2e::report::{assert_sound, report};
@@ -76,7 +76,7 @@ async fn poison_of_every_class_mid_load_lands_in_the_dlt_and_is_redriven_once_fi
         &broker,
         &order.to_string(),
         &valid,
-        &headers(Some(leaked), "PedidoCancelado"),
+        &headers(Some(leaked), "PedidoDevolvido"),
     )
     .await;
     produce(
@@ -151,7 +151,7 @@ async fn poison_of_every_class_mid_load_lands_in_the_dlt_and_is_redriven_once_fi
         items: vec![("PSN-1".to_owned(), 3)],
     }];
     settle(&pipeline, &placed, Duration::from_secs(120)).await;
-    settle(&pipeline, &injected, Duration::from_secs(60)).await;
+    settle_reservations(&pipeline, &injected, Duration::from_secs(60)).await;
 
     let outcome = check(&pipeline, &placed, &injected).await;
     report("poison_and_redrive", &outcome);
@@ -171,6 +171,21 @@ async fn poison_of_every_class_mid_load_lands_in_the_dlt_and_is_redriven_once_fi
             outcome.dlt_reasons
         );
     }
+    // The injected order exists only in the topic: its outcome comes back
+    // to an order service that does not have it, which dead-letters it.
+    test_support::eventually::eventually(
+        "the injected order's outcome is dead-lettered by the order service",
+        Duration::from_secs(60),
+        || async {
+            pipeline
+                .order_service
+                .metric("consumer_dlt_total{reason=\"unknown-aggregate\"}")
+                .await
+                .filter(|n| *n >= 1.0)
+                .map(drop)
+        },
+    )
+    .await;
     pipeline.stop().await;
 }
 
