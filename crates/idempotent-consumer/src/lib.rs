@@ -22,9 +22,11 @@
 //! [`producer_settings`]) and a [`Health`] (over a [`Circuit`]), run by
 //! [`run`] with [`Settings`] and a client built with [`consumer_settings`].
 //!
-//! The dead-letter format ([`dlt`]: [`DeadLetter`], [`DltInfo`],
-//! [`decode_header`], [`message_headers`], [`REDRIVEN_FROM`]) is public for
-//! the DLT tools that list, show and redrive dead letters.
+//! The DLT tools ([`tools`]: `dlt list | show | redrive`) come with it: a
+//! service mounts [`tools::DltCommand`] as a subcommand and calls
+//! [`tools::run`]. The dead-letter format ([`dlt`]: [`DeadLetter`],
+//! [`DltInfo`], [`decode_header`], [`message_headers`], [`REDRIVEN_FROM`])
+//! is public for them and for tests.
 //!
 //! Reading order, as a record flows:
 //! - [`poller`]: the poll loop on its own thread hands each record to its
@@ -58,6 +60,7 @@ mod poller; // the poll loop on its own thread; rebalance callbacks
 mod record; // a consumed record, owned
 mod retry; // the one retry helper
 mod service; // a service's consumer assembled and run: options to a running consumer
+pub mod tools; // the DLT tools: dlt list, show, redrive
 pub mod topics; // start-up checks of the topic and its DLT; topic retention
 
 use std::sync::Arc;

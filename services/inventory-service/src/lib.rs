@@ -13,7 +13,6 @@
 //! commit or the DLT acknowledgement: at-least-once delivery, exactly-once
 //! effect.
 
-pub mod admin; // dlt list, show and redrive; retention: data for the CLI
 pub mod announce; // the outcomes on estoque.eventos, as outbox rows
 pub mod config; // environment, flags and subcommands
 pub mod event; // PedidoCriado, its parser and domain types (Sku)

@@ -1,7 +1,9 @@
+use std::io::Write;
+
 use anyhow::Context;
 use clap::Parser;
-use inventory_service::admin::{self, present};
-use inventory_service::config::{Cli, Command, DltCommand};
+use idempotent_consumer::tools;
+use inventory_service::config::{Cli, Command};
 use inventory_service::retention;
 use inventory_service::startup::{self, Application};
 use service_support::{shutdown, telemetry};
@@ -24,28 +26,11 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("inventory service stopped with an error")
         }
-        Some(Command::Dlt(DltCommand::List(filter))) => {
-            let read = admin::list(kafka, dlt, filter)
-                .await
-                .context("dlt list failed")?;
-            present::listing(&read);
-            Ok(())
-        }
-        Some(Command::Dlt(DltCommand::Show { partition, offset })) => {
-            let read = admin::show(kafka, dlt, partition, offset)
-                .await
-                .context("dlt show failed")?;
-            if !present::shown(&read, partition, offset) {
+        Some(Command::Dlt(command)) => {
+            let group = cli.common.group.clone();
+            if !tools::run(command, kafka, dlt, &group).await? {
                 std::process::exit(1);
             }
-            Ok(())
-        }
-        Some(Command::Dlt(DltCommand::Redrive(args))) => {
-            let mut progress = present::redrive_progress(args.dry_run);
-            let summary = admin::redrive(kafka, dlt, args, &mut progress)
-                .await
-                .context("dlt redrive failed")?;
-            present::redrive_summary(&summary);
             Ok(())
         }
         Some(Command::Retention) => {
@@ -56,7 +41,11 @@ async fn main() -> anyhow::Result<()> {
             let deleted = retention::run_once(&pool, cli.serve.retention.retention)
                 .await
                 .context("retention failed")?;
-            present::retention(deleted);
+            // Not println!: it panics when stdout is closed.
+            let _ = writeln!(
+                std::io::stdout(),
+                "deleted {deleted} mensagem_processada row(s) older than the retention"
+            );
             Ok(())
         }
     }

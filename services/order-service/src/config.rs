@@ -3,13 +3,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser};
+use clap::{Args, Parser, Subcommand};
 use idempotent_consumer::ConsumerOptions;
+use idempotent_consumer::tools::DltCommand;
 pub use service_support::config::{DatabaseUrl, LogFormat};
 use service_support::config::{parse_database_url, parse_positive_duration};
 
 /// The order service: places orders and writes their outbox rows; consumes
-/// the inventory's outcomes into each order's status.
+/// the inventory's outcomes into each order's status. With a subcommand, a
+/// tool for the status consumer's dead-letter topic.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "order-service", version, about)]
 pub struct Config {
@@ -53,8 +55,22 @@ pub struct Config {
     pub status: StatusConsumerArgs,
 
     /// Log format.
-    #[arg(long, env = "ORDER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "ORDER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Serve the API and consume the outcomes (the default).
+    Serve,
+    /// Inspect and redrive the status consumer's dead-letter topic
+    /// (--status-dlt-topic): the same tools as every consumer of the
+    /// idempotent-consumer library.
+    #[command(subcommand)]
+    Dlt(DltCommand),
 }
 
 /// The `pedido.status` consumer: the inventory's outcomes move orders out
@@ -71,7 +87,8 @@ pub struct StatusConsumerArgs {
     #[arg(
         long,
         env = "KAFKA_BOOTSTRAP_SERVERS",
-        default_value = "127.0.0.1:9092"
+        default_value = "127.0.0.1:9092",
+        global = true
     )]
     pub bootstrap_servers: String,
 
@@ -84,12 +101,18 @@ pub struct StatusConsumerArgs {
     #[arg(
         long,
         env = "ORDER_STATUS_DLT_TOPIC",
-        default_value = "estoque.eventos.dlt"
+        default_value = "estoque.eventos.dlt",
+        global = true
     )]
     pub status_dlt_topic: String,
 
     /// The consumer group.
-    #[arg(long, env = "ORDER_STATUS_GROUP", default_value = "pedido")]
+    #[arg(
+        long,
+        env = "ORDER_STATUS_GROUP",
+        default_value = "pedido",
+        global = true
+    )]
     pub status_group: String,
 
     /// Records of one partition applied in one transaction at most.

@@ -1,12 +1,24 @@
 use anyhow::Context;
 use clap::Parser;
+use idempotent_consumer::tools;
+use order_service::config::Command;
 use order_service::{Application, Config};
 use service_support::{shutdown, telemetry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let mut config = Config::parse();
     telemetry::init(config.log_format, "info,sqlx=warn,tower_http=info");
+    if let Some(Command::Dlt(command)) = config.command.take() {
+        let options = config.status.options();
+        let kafka = options
+            .kafka_config(&[])
+            .context("invalid Kafka configuration")?;
+        if !tools::run(command, kafka, options.dlt_topic, &options.group).await? {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     tracing::info!(database = %config.database_url, addr = %config.http_addr, "starting order service");
     let application = Application::build(config)
         .await

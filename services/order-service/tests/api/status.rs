@@ -136,6 +136,33 @@ impl StatusTest {
             .await
     }
 
+    /// Runs `order-service <subcommand>` against this test's topics, as an
+    /// operator would; its stdout. Fails the test when the tool fails.
+    async fn tool(&self, subcommand: &[&str]) -> String {
+        let bootstrap = bootstrap_servers();
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
+            .args([
+                "--bootstrap-servers",
+                &bootstrap,
+                "--status-dlt-topic",
+                &self.dlt,
+                "--status-group",
+                &self.topic,
+            ])
+            .args(subcommand)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{subcommand:?}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    }
+
     async fn claimed(&self, id: Uuid) -> bool {
         sqlx::query_scalar(
             "select exists (select 1 from mensagem_processada where consumidor = 'pedido.status' and mensagem_id = $1)",
@@ -258,6 +285,41 @@ async fn an_outcome_for_an_unknown_order_is_dead_lettered_unclaimed_and_the_part
     test.outcome(Uuid::now_v7(), order, "EstoqueReservado", None)
         .await;
     test.wait_for_status(order, "CONFIRMED").await;
+}
+
+#[tokio::test]
+async fn the_dlt_tools_list_a_dead_lettered_outcome_and_redrive_it_once_its_order_exists() {
+    let test = StatusTest::start(&[]).await;
+    let late = Uuid::now_v7();
+    let message = Uuid::now_v7();
+    test.outcome(message, late, "EstoqueReservado", None).await;
+    test.dlt_records(1).await;
+
+    let listed = test
+        .tool(&["dlt", "list", "--reason", "unknown-aggregate"])
+        .await;
+    assert!(listed.contains(&message.to_string()), "{listed}");
+
+    // The cause fixed: the order exists now (as if restored from a backup).
+    sqlx::query(
+        "with o as (insert into orders (id, customer_id, status) values ($1, 'c-late', 'PENDING') returning id)
+         insert into order_items (order_id, line, sku, quantity) select id, 0, 'ABC-1', 1 from o",
+    )
+    .bind(late)
+    .execute(&test.app.pool)
+    .await
+    .unwrap();
+    test.tool(&["dlt", "redrive", "--rate", "100"]).await;
+    let order = test.wait_for_status(late, "CONFIRMED").await;
+    assert_eq!(
+        history(&order).last(),
+        Some(&("CONFIRMED".to_owned(), Some(message.to_string())))
+    );
+    let again = test.tool(&["dlt", "redrive", "--dry-run"]).await;
+    assert!(
+        !again.contains(&message.to_string()),
+        "redriven once: {again}"
+    );
 }
 
 #[tokio::test]

@@ -23,10 +23,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::cli::RedriveArgs;
 use super::dlt_read::{self, Expired, From, ReadError, matches};
-use crate::config::RedriveArgs;
-use idempotent_consumer::topics;
-use idempotent_consumer::{DltInfo, REDRIVEN_FROM, Record, message_headers};
+use crate::topics;
+use crate::{DltInfo, REDRIVEN_FROM, Record, message_headers};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -109,10 +109,11 @@ fn headers_for_redrive(record: &Record, dlt: &str) -> OwnedHeaders {
 pub async fn redrive(
     config: ClientConfig,
     dlt: String,
+    redrive_group: &str,
     args: RedriveArgs,
     step: &mut (dyn FnMut(RedriveStep<'_>) + Send),
 ) -> Result<RedriveSummary, RedriveError> {
-    let group = group_consumer(&config, &args.redrive_group)?;
+    let group = group_consumer(&config, redrive_group)?;
     let from = From {
         offsets: committed(&group, &dlt)?,
         only: args.filter.partition,

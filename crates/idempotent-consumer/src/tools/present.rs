@@ -1,4 +1,4 @@
-//! The tools' output, and the only place in the crate that prints: records
+//! The tools' output, and the only place in the library that prints: records
 //! and results to stdout (so they can be piped), notes and summaries to
 //! stderr. A closed stdout (`dlt list | head`) ends the listing quietly.
 
@@ -9,7 +9,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::dlt_read::{DltRead, Expired, dead_lettered_at};
 use super::redrive::{RedriveStep, RedriveSummary};
-use idempotent_consumer::{DltInfo, Record, decode_header};
+use crate::{DltInfo, Record, decode_header};
 
 /// Prints a line; false once stdout is gone.
 fn out(line: std::fmt::Arguments<'_>) -> bool {
@@ -150,11 +150,4 @@ pub fn redrive_summary(summary: &RedriveSummary) {
             "partition {partition} offset {offset}: a skeleton (sent without its value: too large for the broker), not redriven; `dlt show` says where the whole record is"
         ));
     }
-}
-
-/// What retention did.
-pub fn retention(deleted: u64) {
-    out(format_args!(
-        "deleted {deleted} mensagem_processada row(s) older than the retention"
-    ));
 }

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use rdkafka::ClientConfig;
 
+use super::cli::DltFilter;
 use super::dlt_read::{self, DltRead, From, ReadError, matches};
-use crate::config::DltFilter;
 
 /// `dlt list`: the records that pass `filter`, and what expired.
 pub async fn list(

@@ -8,9 +8,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use time::OffsetDateTime;
 
-use crate::config::DltFilter;
-use idempotent_consumer::topics;
-use idempotent_consumer::{DltInfo, Record};
+use super::cli::DltFilter;
+use crate::topics;
+use crate::{DltInfo, Record};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -1,0 +1,60 @@
+//! The DLT tools: list, show and redrive the dead letters of any consumer
+//! built on this library. They return what they found or did; [`present`]
+//! prints it. A service mounts [`DltCommand`] as its `dlt` subcommand and
+//! hands it to [`run`].
+
+mod cli; // the subcommand and its arguments
+mod dlt_read; // reading the DLT from its low watermark up to its current end
+mod list; // dlt list and dlt show
+pub mod present; // the tools' output: the only place that prints
+mod redrive; // dlt redrive
+
+use rdkafka::ClientConfig;
+
+pub use cli::{DltCommand, DltFilter, RedriveArgs};
+pub use dlt_read::{DltRead, Expired, ReadError, dead_lettered_at};
+pub use list::{list, show};
+pub use redrive::{RedriveError, RedriveStep, RedriveSummary, redrive};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("dlt list failed")]
+    List(#[source] ReadError),
+    #[error("dlt show failed")]
+    Show(#[source] ReadError),
+    #[error("dlt redrive failed")]
+    Redrive(#[from] RedriveError),
+}
+
+/// Runs `command` on `dlt`, the DLT of the consumer group `group`, and
+/// prints what it found. Returns false when `dlt show` found no record.
+pub async fn run(
+    command: DltCommand,
+    config: ClientConfig,
+    dlt: String,
+    group: &str,
+) -> Result<bool, ToolError> {
+    match command {
+        DltCommand::List(filter) => {
+            let read = list(config, dlt, filter).await.map_err(ToolError::List)?;
+            present::listing(&read);
+            Ok(true)
+        }
+        DltCommand::Show { partition, offset } => {
+            let read = show(config, dlt, partition, offset)
+                .await
+                .map_err(ToolError::Show)?;
+            Ok(present::shown(&read, partition, offset))
+        }
+        DltCommand::Redrive(args) => {
+            let redrive_group = args
+                .redrive_group
+                .clone()
+                .unwrap_or_else(|| format!("{group}.redrive"));
+            let mut progress = present::redrive_progress(args.dry_run);
+            let summary = redrive(config, dlt, &redrive_group, args, &mut progress).await?;
+            present::redrive_summary(&summary);
+            Ok(true)
+        }
+    }
+}
