@@ -1,5 +1,7 @@
 //! The built-in relay produces exactly the records Debezium would: the
-//! fixture in debezium/contract/ states them, with how each part was derived.
+//! fixtures in debezium/contract/ state them, with how each part was
+//! derived: the order service's events and the inventory's, one relay (or
+//! one connector) per database, the same router settings.
 
 use std::time::Duration;
 
@@ -42,20 +44,33 @@ struct Expected {
     headers: Vec<(String, Option<String>)>,
 }
 
-fn fixture() -> Fixture {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../debezium/contract/pedido-criado.json"
+const FIXTURES: [&str; 2] = ["pedido-criado.json", "estoque-eventos.json"];
+
+fn fixture(name: &str) -> Fixture {
+    let path = format!(
+        "{}/../../debezium/contract/{name}",
+        env!("CARGO_MANIFEST_DIR")
     );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// Every case of every fixture; all of them use the same partition count.
+fn cases() -> (i32, Vec<Case>) {
+    let fixtures: Vec<Fixture> = FIXTURES.iter().map(|name| fixture(name)).collect();
+    let partitions = fixtures[0].partitions;
+    assert!(fixtures.iter().all(|f| f.partitions == partitions));
+    (
+        partitions,
+        fixtures.into_iter().flat_map(|f| f.cases).collect(),
+    )
+}
+
 #[test]
 fn the_fixture_partitions_follow_the_java_partitioner() {
-    let fixture = fixture();
-    for case in &fixture.cases {
+    let (partitions, cases) = cases();
+    for case in &cases {
         assert_eq!(
-            java_partition(case.record.key.as_bytes(), fixture.partitions),
+            java_partition(case.record.key.as_bytes(), partitions),
             case.record.partition,
             "{}",
             case.name
@@ -65,13 +80,18 @@ fn the_fixture_partitions_follow_the_java_partitioner() {
 
 #[tokio::test]
 async fn the_relay_publishes_exactly_the_record_debezium_emits() {
-    let fixture = fixture();
-    // The fixture routes to pedido.eventos: a broker of the test's own keeps
-    // these records out of the shared one.
+    let (partitions, cases) = cases();
+    // The fixtures route to pedido.eventos and estoque.eventos: a broker of
+    // the test's own keeps these records out of the shared one.
     let broker = PrivateBroker::start().await;
-    create_topic(&broker.address, "pedido.eventos", fixture.partitions).await;
+    let mut topics: Vec<&str> = cases.iter().map(|c| c.record.topic.as_str()).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    for topic in &topics {
+        create_topic(&broker.address, topic, partitions).await;
+    }
     let test = RelayTest::with_broker(&broker.address).await;
-    for case in &fixture.cases {
+    for case in &cases {
         sqlx::query(
             "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
              values ($1, $2, $3, $4, $5::jsonb, $6)",
@@ -86,12 +106,18 @@ async fn the_relay_publishes_exactly_the_record_debezium_emits() {
         .await
         .unwrap();
     }
-    let reader = TopicReader::new(&test.bootstrap, "pedido.eventos");
-    let relay = test.start_relay(&["--topics", "pedido.eventos"]);
+    let relay = test.start_relay(&["--topics", &topics.join(",")]);
     test.wait_until_drained(Duration::from_secs(60)).await;
-    let records = reader.read_all(Duration::from_secs(60)).await;
+    let mut records = Vec::new();
+    for topic in &topics {
+        records.extend(
+            TopicReader::new(&test.bootstrap, topic)
+                .read_all(Duration::from_secs(60))
+                .await,
+        );
+    }
 
-    for case in &fixture.cases {
+    for case in &cases {
         let id = case.row.id.to_string();
         let record = records
             .iter()
