@@ -72,6 +72,23 @@ impl Running {
             .ok()?;
         Some(test_support::metrics::sum(&text, prefix))
     }
+
+    /// Waits until this service's consumer owns partitions: before that,
+    /// nothing it should consume moves (and tansu may never give it any,
+    /// docs/local-services.md).
+    pub async fn owns_partitions(&self, what: &str) {
+        eventually(
+            &format!("{what} owns partitions"),
+            Duration::from_secs(60),
+            || async {
+                self.metric("consumer_assigned_partitions")
+                    .await
+                    .filter(|p| *p > 0.0)
+                    .map(|_| ())
+            },
+        )
+        .await;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -348,18 +365,7 @@ impl Pipeline {
 
     pub async fn start_consumer_with(&mut self, envs: &[(&str, String)]) {
         let consumer = self.endpoints.spawn(Kind::Inventory, envs).await;
-        eventually(
-            "the consumer owns partitions",
-            Duration::from_secs(60),
-            || async {
-                consumer
-                    .metric("consumer_assigned_partitions")
-                    .await
-                    .filter(|p| *p > 0.0)
-                    .map(|_| ())
-            },
-        )
-        .await;
+        consumer.owns_partitions("the consumer").await;
         self.watched.lock().unwrap().push(consumer.http.clone());
         self.consumers.push(consumer);
     }
@@ -420,18 +426,9 @@ impl Pipeline {
         // and the restarted service must really own partitions again.
         tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(1)).await;
         let fresh = self.endpoints.spawn_at(Kind::Orders, &address, &[]).await;
-        eventually(
-            "the restarted order service's status consumer owns partitions",
-            Duration::from_secs(60),
-            || async {
-                fresh
-                    .metric("consumer_assigned_partitions")
-                    .await
-                    .filter(|p| *p > 0.0)
-                    .map(|_| ())
-            },
-        )
-        .await;
+        fresh
+            .owns_partitions("the restarted order service's status consumer")
+            .await;
         std::mem::replace(&mut self.order_service, fresh)
             .service
             .kill()
