@@ -102,6 +102,9 @@ impl PrivatePostgres {
                 "unix_socket_directories=",
                 "-c",
                 "max_connections=200",
+                // For the relay's CDC mode: a logical replication slot.
+                "-c",
+                "wal_level=logical",
             ]
             .iter()
             .map(|s| (*s).to_owned())

@@ -5,6 +5,7 @@
 // A failed unwrap in a test is a failed assertion with a backtrace.
 #![allow(clippy::unwrap_used)]
 
+mod cdc;
 mod contract;
 mod crashes;
 mod environment;
