@@ -54,9 +54,7 @@ pub async fn transition(
     tx: &mut PgConnection,
     change: &Change<'_>,
 ) -> Result<Transition, sqlx::Error> {
-    // Every part of one statement sees the same snapshot: `current` is the
-    // status before this update, or null when there is no such order.
-    let (changed, current): (bool, Option<String>) = sqlx::query_as(
+    let changed: bool = sqlx::query_scalar(
         "with changed as (
              update orders set status = $2, status_reason = $3
              where id = $1 and status = any($4)
@@ -66,7 +64,7 @@ pub async fn transition(
              select id, $2, $3, $5 from changed
              returning order_id
          )
-         select exists (select 1 from recorded), (select status from orders where id = $1)",
+         select exists (select 1 from recorded)",
     )
     .bind(change.order_id)
     .bind(change.to)
@@ -75,9 +73,19 @@ pub async fn transition(
     .bind(change.message_id)
     .fetch_one(&mut *tx)
     .await?;
-    Ok(match (changed, current) {
-        (true, _) => Transition::Changed,
-        (false, Some(current)) => Transition::NotAllowed { current },
-        (false, None) => Transition::UnknownOrder,
+    if changed {
+        return Ok(Transition::Changed);
+    }
+    // A statement of its own: the update may have waited for a concurrent
+    // change of the row and then found it no longer matching, while a
+    // read in the same statement still sees the snapshot from before that
+    // wait (READ COMMITTED): it would report the status that was replaced.
+    let current: Option<String> = sqlx::query_scalar("select status from orders where id = $1")
+        .bind(change.order_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(match current {
+        Some(current) => Transition::NotAllowed { current },
+        None => Transition::UnknownOrder,
     })
 }

@@ -126,3 +126,40 @@ async fn a_repeated_cancel_with_its_key_replays_and_the_key_elsewhere_is_refused
         "PENDING"
     );
 }
+
+/// A cancel that waited for a concurrent change of the same order reports
+/// the status that change left, not the one it read before waiting.
+#[tokio::test]
+async fn a_cancel_that_waited_for_a_concurrent_change_reports_the_status_it_left() {
+    let app = spawn_app().await;
+    let id = place(&app).await;
+    let mut other = app.pool.begin().await.unwrap();
+    sqlx::query("update orders set status = 'CANCELLED' where id = $1::uuid")
+        .bind(&id)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let pool = &app.pool;
+    let release_when_blocked = async move {
+        test_support::eventually::eventually(
+            "the cancel waits for the other transaction's row lock",
+            std::time::Duration::from_secs(30),
+            || async {
+                sqlx::query_scalar::<_, bool>(
+                    "select exists (select 1 from pg_stat_activity
+                     where wait_event_type = 'Lock' and datname = current_database())",
+                )
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                .then_some(())
+            },
+        )
+        .await;
+        other.commit().await.unwrap();
+    };
+    let (reply, ()) = tokio::join!(cancel(&app, &id, None), release_when_blocked);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let detail = reply.body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("is CANCELLED"), "{detail}");
+}
