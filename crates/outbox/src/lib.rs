@@ -76,10 +76,29 @@ impl OutboxMessage {
     }
 }
 
+/// Who removes the rows a writer inserts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cleanup {
+    /// The relay, once published (or Debezium's retention): the rows stay
+    /// until then. Works with every relay mode.
+    #[default]
+    Relay,
+    /// The writer, in the transaction that inserted them: the table stays
+    /// empty and only the WAL carries the rows. Only for a relay reading
+    /// the WAL (`outbox-relay --mode cdc --outbox-cleanup
+    /// delete-in-transaction`, or Debezium): a polling relay sees nothing.
+    InTransaction,
+}
+
 /// Writes `messages` in the caller's transaction, in their order (their
-/// `seq` follows it), with one statement whatever their number.
+/// `seq` follows it), with one statement whatever their number; with
+/// [`Cleanup::InTransaction`], deletes them again in the same transaction.
 #[tracing::instrument(skip_all, fields(rows = messages.len()), err)]
-pub async fn insert(tx: &mut PgConnection, messages: &[OutboxMessage]) -> Result<(), sqlx::Error> {
+pub async fn insert(
+    tx: &mut PgConnection,
+    messages: &[OutboxMessage],
+    cleanup: Cleanup,
+) -> Result<(), sqlx::Error> {
     if messages.is_empty() {
         return Ok(());
     }
@@ -111,7 +130,13 @@ pub async fn insert(tx: &mut PgConnection, messages: &[OutboxMessage]) -> Result
     .bind(&types)
     .bind(&payloads)
     .bind(&traceparents)
-    .execute(tx)
+    .execute(&mut *tx)
     .await?;
+    if cleanup == Cleanup::InTransaction {
+        sqlx::query("delete from outbox where id = any($1)")
+            .bind(&ids)
+            .execute(tx)
+            .await?;
+    }
     Ok(())
 }

@@ -17,6 +17,16 @@ pub enum LogFormat {
 pub struct DatabaseUrl {
     pub options: PgConnectOptions,
     redacted: String,
+    /// Kept for clients other than sqlx (the relay's replication
+    /// connection): `PgConnectOptions` does not give it back.
+    password: Option<String>,
+}
+
+impl DatabaseUrl {
+    /// The password the URL carries, percent-decoded.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
 }
 
 impl std::fmt::Debug for DatabaseUrl {
@@ -45,6 +55,7 @@ pub fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
     let options: PgConnectOptions = value
         .parse()
         .map_err(|error| format!("not a PostgreSQL URL ({error}); {EXPECTED}"))?;
+    let password = shown.password().map(percent_decode).transpose()?;
     if shown.password().is_some() {
         // Fails only for URLs that cannot carry a password; this one does.
         let _ = shown.set_password(Some("***"));
@@ -52,7 +63,28 @@ pub fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
     Ok(DatabaseUrl {
         options,
         redacted: shown.to_string(),
+        password,
     })
+}
+
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or("the password has an invalid %-escape")?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the password is not UTF-8 once %-decoded".to_owned())
 }
 
 /// A clap value parser for durations such as `10s`, `500ms`, `24h`; zero is refused.
@@ -73,6 +105,10 @@ mod tests {
     fn passwords_never_print() {
         let url = parse_database_url("postgres://app:s3cret@db:5432/orders").unwrap();
         assert_eq!(format!("{url:?}"), "postgres://app:***@db:5432/orders");
+        assert_eq!(url.password(), Some("s3cret"));
+        let url = parse_database_url("postgres://app:a%40b%2F@db/orders").unwrap();
+        assert_eq!(url.password(), Some("a@b/"));
+        assert!(parse_database_url("postgres://app:a%4@db/orders").is_err());
         assert_eq!(url.to_string(), "postgres://app:***@db:5432/orders");
         let url = parse_database_url("postgres://postgres@127.0.0.1:5432/orders").unwrap();
         assert_eq!(url.to_string(), "postgres://postgres@127.0.0.1:5432/orders");

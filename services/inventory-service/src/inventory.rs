@@ -215,7 +215,7 @@ impl Outcomes {
             .execute(&mut *tx)
             .await?;
         }
-        outbox::insert(tx, &self.events).await
+        outbox::insert(tx, &self.events, outbox::Cleanup::Relay).await
     }
 }
 
@@ -345,7 +345,7 @@ pub async fn release(
                 announce::released(*order_id, order_items, cause)
             })
             .collect();
-        outbox::insert(tx, &events).await?;
+        outbox::insert(tx, &events, outbox::Cleanup::Relay).await?;
     }
     if !cancelled.is_empty() {
         sqlx::query(

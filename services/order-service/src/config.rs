@@ -58,6 +58,13 @@ pub struct Config {
     #[arg(long, env = "ORDER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
+    /// Delete each outbox row in the transaction that inserts it: the table
+    /// stays empty and only the WAL carries the row. Only with a relay that
+    /// reads the WAL (outbox-relay --mode cdc --outbox-cleanup
+    /// delete-in-transaction, or Debezium); a polling relay would see nothing.
+    #[arg(long, env = "ORDER_OUTBOX_DELETE_IN_TRANSACTION")]
+    pub outbox_delete_in_transaction: bool,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

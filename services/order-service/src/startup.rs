@@ -111,6 +111,11 @@ impl Application {
             pool: pool.clone(),
             metrics,
             consumer_health: status_consumer.as_ref().map(|(_, health)| health.clone()),
+            outbox_cleanup: if config.outbox_delete_in_transaction {
+                outbox::Cleanup::InTransaction
+            } else {
+                outbox::Cleanup::Relay
+            },
         };
         Ok(Self {
             listener,

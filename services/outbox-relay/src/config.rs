@@ -58,9 +58,29 @@ pub struct Config {
           value_parser = clap::value_parser!(i32).range(1..=1000))]
     pub max_attempts: i32,
 
-    /// Keep published rows this long (e.g. 7d) instead of deleting them.
+    /// What becomes of outbox rows once published: the relay deletes them,
+    /// or keeps them (--retain-published), or the writer deleted them in
+    /// its own transaction (CDC mode only: the WAL still has the insert).
+    #[arg(long, env = "RELAY_OUTBOX_CLEANUP", value_enum, default_value_t = Cleanup::RelayDeletes)]
+    pub outbox_cleanup: Cleanup,
+
+    /// With --outbox-cleanup retain: how long published rows are kept (e.g. 7d).
     #[arg(long, env = "RELAY_RETAIN_PUBLISHED", value_parser = parse_positive_duration)]
     pub retain_published: Option<Duration>,
+
+    /// CDC mode: the logical replication slot (pgoutput) the relay streams;
+    /// created when missing. One per database and relay group.
+    #[arg(long, env = "RELAY_CDC_SLOT", default_value = "entrega_outbox", value_parser = parse_identifier)]
+    pub cdc_slot: String,
+
+    /// CDC mode: the publication of the outbox's inserts; created when missing.
+    #[arg(long, env = "RELAY_CDC_PUBLICATION", default_value = "entrega_outbox", value_parser = parse_identifier)]
+    pub cdc_publication: String,
+
+    /// CDC mode: how soon a confirmed position reaches the server (lets it
+    /// recycle WAL; a crash re-sends at most this much more).
+    #[arg(long, env = "RELAY_CDC_STATUS_INTERVAL", default_value = "1s", value_parser = parse_positive_duration)]
+    pub cdc_status_interval: Duration,
 
     /// Longest wait between retries while the broker or database is down.
     #[arg(long, env = "RELAY_MAX_BACKOFF", default_value = "5s", value_parser = parse_positive_duration)]
@@ -115,6 +135,36 @@ pub struct Config {
 pub enum Mode {
     /// Read pending rows with SQL (the default).
     Poll,
+    /// Stream inserted rows from the write-ahead log (a logical replication
+    /// slot with pgoutput; needs wal_level=logical and the REPLICATION role).
+    Cdc,
+}
+
+/// What becomes of a published outbox row (docs/relay.md, "Outbox cleanup").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Cleanup {
+    /// The relay deletes it once the broker acknowledged it.
+    RelayDeletes,
+    /// The relay sets `published_at`; rows older than --retain-published go.
+    Retain,
+    /// The writer deletes it in the transaction that inserted it: the table
+    /// stays empty. CDC mode only.
+    DeleteInTransaction,
+}
+
+/// Slot and publication names: PostgreSQL's rule for slot names (lower-case
+/// letters, digits, underscore; at most 63), which keeps them safe to quote.
+fn parse_identifier(value: &str) -> Result<String, String> {
+    let valid = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if valid {
+        Ok(value.to_owned())
+    } else {
+        Err("use 1 to 63 lower-case letters, digits and underscores".to_owned())
+    }
 }
 
 impl Config {
@@ -129,6 +179,20 @@ impl Config {
         }
         if self.topics.is_empty() {
             return Err("--topics: at least one topic is needed".to_owned());
+        }
+        match (self.outbox_cleanup, self.retain_published) {
+            (Cleanup::Retain, None) => {
+                return Err("--outbox-cleanup retain needs --retain-published (e.g. 7d)".to_owned());
+            }
+            (Cleanup::RelayDeletes | Cleanup::DeleteInTransaction, Some(_)) => {
+                return Err(
+                    "--retain-published applies only with --outbox-cleanup retain".to_owned(),
+                );
+            }
+            (Cleanup::DeleteInTransaction, _) if self.mode == Mode::Poll => {
+                return Err("--outbox-cleanup delete-in-transaction needs --mode cdc: with it the table stays empty, so polling finds nothing".to_owned());
+            }
+            _ => {}
         }
         let shortest_lease = self.delivery_timeout + SEND_MARGIN + Duration::from_secs(1);
         if self.lease < shortest_lease {
@@ -162,6 +226,7 @@ mod tests {
             vec!["outbox-relay", "--poll-interval", "0ms"],
             vec!["outbox-relay", "--max-attempts", "0"],
             vec!["outbox-relay", "--database-url", "redis://x"],
+            vec!["outbox-relay", "--cdc-publication", "p; drop table outbox"],
         ] {
             assert!(
                 Config::try_parse_from(&args).is_err(),
@@ -177,5 +242,47 @@ mod tests {
             Config::try_parse_from(["outbox-relay", "--delivery-timeout", "8s", "--lease", "11s"])
                 .unwrap();
         assert!(config.validate().is_ok());
+        for (args, expected) in [
+            (
+                vec!["--outbox-cleanup", "retain"],
+                "needs --retain-published",
+            ),
+            (vec!["--retain-published", "7d"], "applies only with"),
+            (
+                vec!["--outbox-cleanup", "delete-in-transaction"],
+                "needs --mode cdc",
+            ),
+        ] {
+            let config = Config::try_parse_from(["outbox-relay"].into_iter().chain(args)).unwrap();
+            let error = config.validate().unwrap_err();
+            assert!(error.contains(expected), "{error}");
+        }
+        for args in [
+            [
+                "--outbox-cleanup",
+                "retain",
+                "--retain-published",
+                "7d",
+                "--mode",
+                "poll",
+            ],
+            [
+                "--outbox-cleanup",
+                "delete-in-transaction",
+                "--mode",
+                "cdc",
+                "--cdc-slot",
+                "s_1",
+            ],
+        ] {
+            let config = Config::try_parse_from(["outbox-relay"].into_iter().chain(args)).unwrap();
+            assert!(config.validate().is_ok(), "{args:?}");
+        }
+        for name in ["", "Upper", "has-dash", &"x".repeat(64)] {
+            assert!(
+                Config::try_parse_from(["outbox-relay", "--cdc-slot", name]).is_err(),
+                "{name:?}"
+            );
+        }
     }
 }

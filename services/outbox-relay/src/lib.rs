@@ -8,7 +8,7 @@
 //! A crash between the two re-publishes the batch: duplicates, never loss,
 //! which the consumer's dedupe on the `id` header absorbs.
 
-pub mod cdc; // reading the outbox from the WAL (in progress: the confirmed position)
+pub mod cdc; // --mode cdc: the outbox read from the WAL
 pub mod config; // environment and command-line configuration
 pub mod http; // /metrics, /healthz, /readyz
 pub mod leadership; // the advisory lock that elects one relay

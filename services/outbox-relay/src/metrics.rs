@@ -60,6 +60,29 @@ pub fn recorder() -> PrometheusHandle {
             "relay_producer_rebuilds_total",
             "Producers rebuilt after a fatal error"
         );
+        metrics::describe_gauge!(
+            "relay_slot_retained_wal_bytes",
+            metrics::Unit::Bytes,
+            "CDC mode: WAL the server keeps for the relay's slot"
+        );
+        metrics::describe_gauge!(
+            "relay_slot_lag_bytes",
+            metrics::Unit::Bytes,
+            "CDC mode: WAL written since the position the relay last confirmed"
+        );
+        metrics::describe_gauge!(
+            "relay_slot_safe_wal_bytes",
+            metrics::Unit::Bytes,
+            "CDC mode: WAL that may still be written before the slot is invalidated (+Inf without max_slot_wal_keep_size)"
+        );
+        metrics::describe_gauge!(
+            "relay_slot_lost",
+            "CDC mode: 1 when the slot is invalidated or gone: the relay stops, see docs/relay.md"
+        );
+        metrics::describe_gauge!(
+            "relay_cdc_confirmed_lsn",
+            "CDC mode: the WAL position last confirmed to the server"
+        );
         // Exported from the start at 0, so that an alert on their increase
         // sees the first one.
         for name in [

@@ -12,7 +12,9 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::cdc::slot::{self, SlotError};
+use crate::cdc::stream::{self as cdc_stream, CdcSettings};
+use crate::config::{Cleanup, Config, Mode};
 use crate::http::{self, HttpState};
 use crate::leadership::Election;
 use crate::publisher::{self, Publisher};
@@ -59,6 +61,8 @@ pub enum StartupError {
     Passthrough(#[from] service_support::kafka::PassthroughError),
     #[error("the target topics are not as configured")]
     Topics(#[from] TopicError),
+    #[error("CDC mode cannot stream this database")]
+    Slot(#[from] SlotError),
 }
 
 #[derive(Debug)]
@@ -94,6 +98,9 @@ impl Application {
                 url: config.database_url.to_string(),
                 source,
             })?;
+        if config.mode == Mode::Cdc {
+            slot::prepare(&pool, &config.cdc_slot, &config.cdc_publication).await?;
+        }
         let listener = TcpListener::bind(config.http_addr)
             .await
             .map_err(|source| StartupError::Bind {
@@ -152,30 +159,63 @@ impl Application {
         }
         topics_ok.store(true, Ordering::Relaxed);
 
-        let sampler = tokio::spawn(sample_backlog(self.pool.clone(), token.clone()));
+        let watched_slot = (self.config.mode == Mode::Cdc).then(|| self.config.cdc_slot.clone());
+        let sampler = tokio::spawn(sample_backlog(
+            self.pool.clone(),
+            watched_slot,
+            token.clone(),
+        ));
         let purger = self.config.retain_published.map(|retention| {
             tokio::spawn(purge_published(self.pool.clone(), retention, token.clone()))
         });
 
-        let settings = RelaySettings {
-            election: Election {
-                database: self.config.database_url.options.clone(),
-                lock_key: self.config.lock_key,
-                lease: self.config.lease,
-            },
-            batch_size: self.config.batch_size,
-            max_attempts: self.config.max_attempts,
-            after_publish: if self.config.retain_published.is_some() {
-                AfterPublish::Retain
-            } else {
-                AfterPublish::Delete
-            },
-            idle_poll_interval: self.config.poll_interval,
-            failover_interval: self.config.failover_interval,
-            max_backoff: self.config.max_backoff,
-            delivery_timeout: self.config.delivery_timeout,
+        let after_publish = match self.config.outbox_cleanup {
+            Cleanup::RelayDeletes => Some(AfterPublish::Delete),
+            Cleanup::Retain => Some(AfterPublish::Retain),
+            Cleanup::DeleteInTransaction => None,
         };
-        relay::run(settings, self.publisher, status, token.clone()).await;
+        let mut outcome = Ok(());
+        match self.config.mode {
+            Mode::Poll => {
+                let settings = RelaySettings {
+                    election: Election {
+                        database: self.config.database_url.options.clone(),
+                        lock_key: self.config.lock_key,
+                        lease: self.config.lease,
+                    },
+                    batch_size: self.config.batch_size,
+                    max_attempts: self.config.max_attempts,
+                    // validate() refuses poll mode without rows to poll.
+                    after_publish: after_publish.unwrap_or(AfterPublish::Delete),
+                    idle_poll_interval: self.config.poll_interval,
+                    failover_interval: self.config.failover_interval,
+                    max_backoff: self.config.max_backoff,
+                    delivery_timeout: self.config.delivery_timeout,
+                };
+                relay::run(settings, self.publisher, status, token.clone()).await;
+            }
+            Mode::Cdc => {
+                let settings = CdcSettings {
+                    replication: replication_config(&self.config),
+                    slot: self.config.cdc_slot.clone(),
+                    batch_size: usize::try_from(self.config.batch_size).unwrap_or(1),
+                    after_publish,
+                    failover_interval: self.config.failover_interval,
+                    max_backoff: self.config.max_backoff,
+                    delivery_timeout: self.config.delivery_timeout,
+                    lease: self.config.lease,
+                };
+                outcome = cdc_stream::run(
+                    settings,
+                    self.pool.clone(),
+                    self.publisher,
+                    status,
+                    token.clone(),
+                )
+                .await
+                .map_err(StartupError::from);
+            }
+        }
 
         token.cancel();
         let _ = sampler.await;
@@ -184,8 +224,29 @@ impl Application {
         }
         let _ = http.await;
         self.pool.close().await;
-        Ok(())
+        outcome
     }
+}
+
+/// The replication connection reaches the database the pool reaches.
+fn replication_config(config: &Config) -> pgwire_replication::ReplicationConfig {
+    let options = &config.database_url.options;
+    let host = match options.get_socket() {
+        Some(directory) => directory.display().to_string(),
+        None => options.get_host().to_owned(),
+    };
+    pgwire_replication::ReplicationConfig::new(
+        host,
+        options.get_username(),
+        config.database_url.password().unwrap_or_default(),
+        options.get_database().unwrap_or(options.get_username()),
+        config.cdc_slot.clone(),
+        config.cdc_publication.as_str(),
+    )
+    .with_port(options.get_port())
+    .with_status_interval(config.cdc_status_interval)
+    .with_wakeup_interval(config.cdc_status_interval)
+    .with_application_name("outbox-relay")
 }
 
 /// Retries while the broker is unreachable (it may start after the relay);
@@ -219,7 +280,7 @@ async fn check_topics(
     }
 }
 
-async fn sample_backlog(pool: PgPool, token: CancellationToken) {
+async fn sample_backlog(pool: PgPool, slot: Option<String>, token: CancellationToken) {
     let mut interval = tokio::time::interval(SAMPLE_INTERVAL);
     loop {
         tokio::select! {
@@ -236,6 +297,27 @@ async fn sample_backlog(pool: PgPool, token: CancellationToken) {
             }
             Err(error) => tracing::debug!(%error, "sampling the backlog failed"),
         }
+        if let Some(slot) = &slot {
+            sample_slot(&pool, slot).await;
+        }
+    }
+}
+
+/// The slot-lag guard's gauges (docs/relay.md, "Slot lag").
+async fn sample_slot(pool: &PgPool, slot: &str) {
+    match slot::health(pool, slot).await {
+        Ok(Some(health)) => {
+            metrics::gauge!("relay_slot_retained_wal_bytes").set(health.retained_bytes as f64);
+            metrics::gauge!("relay_slot_lag_bytes").set(health.lag_bytes as f64);
+            // +Inf without max_slot_wal_keep_size: no limit to come near.
+            let safe = health
+                .safe_bytes
+                .map_or(f64::INFINITY, |bytes| bytes as f64);
+            metrics::gauge!("relay_slot_safe_wal_bytes").set(safe);
+            metrics::gauge!("relay_slot_lost").set(if health.lost { 1.0 } else { 0.0 });
+        }
+        Ok(None) => metrics::gauge!("relay_slot_lost").set(1.0),
+        Err(error) => tracing::debug!(%error, "sampling the slot failed"),
     }
 }
 

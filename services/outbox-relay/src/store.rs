@@ -131,6 +131,34 @@ pub async fn record_poison(
     .map(|parked: Vec<Option<Uuid>>| parked.into_iter().flatten().collect())
 }
 
+/// CDC mode's parking: a row that failed because of itself is written back
+/// (it may have been deleted in its own transaction) with `parked_at` set,
+/// for an operator to see; the stream skips rows that carry `parked_at`,
+/// so this insert does not come round again.
+pub async fn park_from_wal(
+    conn: &mut PgConnection,
+    row: &OutboxRow,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
+                             attempts, last_error, parked_at)
+         values ($1, $2, $3, $4, $5::jsonb, $6, 1, $7, now())
+         on conflict (id) do update
+         set attempts = outbox.attempts + 1, last_error = excluded.last_error, parked_at = now()",
+    )
+    .bind(row.id)
+    .bind(&row.aggregatetype)
+    .bind(&row.aggregateid)
+    .bind(&row.event_type)
+    .bind(&row.payload)
+    .bind(&row.traceparent)
+    .bind(error)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
 /// Records the error of rows that failed for reasons outside themselves
 /// (broker, topic, network): no attempt is counted; each row steps aside for
 /// a wait that doubles with each deferral, from 100 ms up to `max_wait`.

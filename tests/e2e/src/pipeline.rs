@@ -105,6 +105,16 @@ pub struct PipelineOptions {
     /// can read every outbox row; without it they delete them, as by
     /// default, and the invariants read the events off the topic instead.
     pub retain_published: bool,
+    /// How the relays read the outboxes: in CDC mode both databases live on
+    /// a server with wal_level=logical and each relay streams a slot.
+    pub relay_mode: RelayMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RelayMode {
+    #[default]
+    Poll,
+    Cdc,
 }
 
 impl Default for PipelineOptions {
@@ -121,6 +131,7 @@ impl Default for PipelineOptions {
             ],
             own_postgres: false,
             retain_published: true,
+            relay_mode: RelayMode::Poll,
         }
     }
 }
@@ -132,6 +143,7 @@ pub struct Endpoints {
     pub orders_url: String,
     pub inventory_url: String,
     pub retain_published: bool,
+    pub relay_mode: RelayMode,
 }
 
 impl Endpoints {
@@ -170,8 +182,19 @@ impl Endpoints {
                     http,
                 ]);
                 args.extend(list(RELAY_QUICK_FLAGS));
+                if self.relay_mode == RelayMode::Cdc {
+                    // One slot per database, named after it (slots are
+                    // per server).
+                    let slot = database.rsplit('/').next().unwrap_or("entrega_outbox");
+                    args.extend(list(&["--mode", "cdc", "--cdc-slot", slot]));
+                }
                 if self.retain_published {
-                    args.extend(list(&["--retain-published", "1d"]));
+                    args.extend(list(&[
+                        "--outbox-cleanup",
+                        "retain",
+                        "--retain-published",
+                        "1d",
+                    ]));
                 }
                 args
             }
@@ -288,6 +311,13 @@ impl Pipeline {
         };
         let (orders_server, inventory_server) = match &postgres {
             Some(cluster) => (cluster.url("postgres"), cluster.url("postgres")),
+            None if options.relay_mode == RelayMode::Cdc => {
+                let logical = server(
+                    "ENTREGA_CDC_POSTGRES_URL",
+                    "postgres://postgres@127.0.0.1:5433/postgres",
+                );
+                (logical.clone(), logical)
+            }
             None => (
                 server(
                     "ORDER_DATABASE_URL",
@@ -306,6 +336,7 @@ impl Pipeline {
             orders_url: orders_db.url(),
             inventory_url: inventory_db.url(),
             retain_published: options.retain_published,
+            relay_mode: options.relay_mode,
         };
         let order_service = endpoints.spawn(Kind::Orders, &[]).await;
         let connect = |db: &TestDatabase| {

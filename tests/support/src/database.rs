@@ -73,6 +73,27 @@ impl TestDatabase {
 
 async fn drop_database(maintenance: &PgConnectOptions, name: &str) {
     if let Ok(mut admin) = PgConnection::connect_with(maintenance).await {
+        // A logical replication slot (the relay's CDC mode) keeps a database
+        // from being dropped, even with (force): end its session, drop it.
+        for _ in 0..50 {
+            for statement in [
+                "select pg_terminate_backend(active_pid) from pg_replication_slots
+                 where database = $1 and active_pid is not null",
+                "select 1 from (select pg_drop_replication_slot(slot_name) from pg_replication_slots
+                                where database = $1 and not active) as dropped",
+            ] {
+                let _ = sqlx::query(statement).bind(name).execute(&mut admin).await;
+            }
+            let left: Result<i64, _> =
+                sqlx::query_scalar("select count(*) from pg_replication_slots where database = $1")
+                    .bind(name)
+                    .fetch_one(&mut admin)
+                    .await;
+            if !matches!(left, Ok(n) if n > 0) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         let _ = admin
             .execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str())
             .await;

@@ -26,6 +26,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// The status consumer's health, when it runs.
     pub consumer_health: Option<Health>,
+    /// Whether the outbox rows are deleted in the order's own transaction.
+    pub outbox_cleanup: outbox::Cleanup,
 }
 
 #[derive(OpenApi)]

@@ -234,7 +234,12 @@ pub(super) async fn create_order(
         }
     }
     orders::insert(&mut tx, &order).await?;
-    outbox::insert(&mut tx, std::slice::from_ref(&message)).await?;
+    outbox::insert(
+        &mut tx,
+        std::slice::from_ref(&message),
+        state.outbox_cleanup,
+    )
+    .await?;
     tx.commit().await?;
 
     metrics::counter!("orders_created_total").increment(1);
@@ -366,7 +371,12 @@ pub(super) async fn cancel_order(
             )));
         }
     }
-    outbox::insert(&mut tx, std::slice::from_ref(&message)).await?;
+    outbox::insert(
+        &mut tx,
+        std::slice::from_ref(&message),
+        state.outbox_cleanup,
+    )
+    .await?;
     let order = orders::find(&mut tx, order_id)
         .await?
         .ok_or_else(|| ApiError::Internal(format!("order {order_id} vanished while cancelled")))?;

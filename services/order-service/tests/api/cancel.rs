@@ -163,3 +163,41 @@ async fn a_cancel_that_waited_for_a_concurrent_change_reports_the_status_it_left
     let detail = reply.body["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("is CANCELLED"), "{detail}");
 }
+
+/// `--outbox-delete-in-transaction` (for a relay reading the WAL): each
+/// event's row is inserted and deleted in the order's own transaction. A
+/// trigger records every insert the WAL would carry.
+#[tokio::test]
+async fn with_delete_in_transaction_the_rows_are_written_and_gone_at_commit() {
+    let app =
+        crate::helpers::spawn_app_with(&["--no-status-consumer", "--outbox-delete-in-transaction"])
+            .await;
+    sqlx::raw_sql(
+        "create table outbox_inserts (id uuid, type text, aggregateid text);
+         create function note_outbox_insert() returns trigger language plpgsql as $$
+         begin insert into outbox_inserts values (new.id, new.type, new.aggregateid); return new; end $$;
+         create trigger note_outbox_insert after insert on outbox
+             for each row execute function note_outbox_insert();",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+
+    let id = place(&app).await;
+    let cancelled = cancel(&app, &id, None).await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+
+    assert_eq!(app.count("outbox").await, 0, "the table stays empty");
+    let written: Vec<(String, String)> =
+        sqlx::query_as("select type, aggregateid from outbox_inserts order by type desc")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        written,
+        [
+            ("PedidoCriado".to_owned(), id.clone()),
+            ("PedidoCancelado".to_owned(), id.clone())
+        ]
+    );
+}

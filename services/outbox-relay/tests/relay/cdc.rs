@@ -1,14 +1,26 @@
-//! CDC mode's decoding against what PostgreSQL really sends: the outbox
-//! table, a publication and a pgoutput slot on a cluster of the test's own
-//! (`wal_level=logical`), the slot's changes read back with
-//! `pg_logical_slot_get_binary_changes` — the same bytes a replication
+//! CDC mode (`--mode cdc`). The decoding against what PostgreSQL really
+//! sends: the outbox table, a publication and a pgoutput slot on a cluster
+//! of the test's own (`wal_level=logical`), the slot's changes read back
+//! with `pg_logical_slot_get_binary_changes` — the same bytes a replication
 //! connection streams — and each row compared with poll mode's read of it.
+//! Then the relay binary in CDC mode: takeover, a PostgreSQL crash, an idle
+//! outbox beside busy tables, an invalidated slot, delete-in-transaction,
+//! set-up errors. The contract, kill and broker tests run in both modes
+//! (contract.rs, crashes.rs).
 
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
 use outbox_relay::cdc::pgoutput::{self, Message, Relations};
 use outbox_relay::cdc::row::outbox_row;
 use outbox_relay::store;
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, PgConnection, PgPool};
+use test_support::eventually::eventually;
+use test_support::kafka::bootstrap_servers;
 use test_support::postgres::PrivatePostgres;
+use uuid::Uuid;
+
+use crate::helpers::{Mode, RelayTest};
 
 #[tokio::test]
 async fn rows_from_the_wal_are_the_rows_poll_mode_reads_and_make_the_same_records() {
@@ -104,4 +116,364 @@ async fn rows_from_the_wal_are_the_rows_poll_mode_reads_and_make_the_same_record
     for (wal, poll) in from_wal.iter().zip(&polled) {
         assert_eq!(wal.to_record().unwrap(), poll.to_record().unwrap());
     }
+}
+
+/// Inserts `transactions` transactions of `rows` rows each (one aggregate
+/// per row position, so every aggregate has one event per transaction).
+async fn insert_transactions(test: &RelayTest, transactions: usize, rows: usize) -> Vec<Uuid> {
+    let mut inserted = Vec::with_capacity(transactions * rows);
+    for _ in 0..transactions {
+        inserted.extend(test.insert_events(rows, 1).await);
+    }
+    inserted
+}
+
+/// Writes about `megabytes` MB of WAL on a table outside the publication.
+async fn write_other_wal(pool: &PgPool, megabytes: usize) {
+    sqlx::query("create table if not exists other (n int, filler text)")
+        .execute(pool)
+        .await
+        .unwrap();
+    for _ in 0..megabytes {
+        sqlx::query("insert into other select g, repeat('x', 1000) from generate_series(1, 900) g")
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("truncate other").execute(pool).await.unwrap();
+}
+
+async fn retained_wal(pool: &PgPool, slot: &str) -> i64 {
+    sqlx::query_scalar(
+        "select coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0)
+         from pg_replication_slots where slot_name = $1",
+    )
+    .bind(slot)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+const MB: f64 = 1024.0 * 1024.0;
+
+#[tokio::test]
+async fn a_standby_takes_over_the_slot_when_the_leader_dies() {
+    let test = RelayTest::in_mode(Mode::Cdc, &bootstrap_servers()).await;
+    let first = test.start_relay(&[]);
+    first
+        .wait_for_metric(
+            "the first relay leads",
+            "relay_leader 1",
+            Duration::from_secs(30),
+        )
+        .await;
+    let second = test.start_relay(&[]);
+    eventually(
+        "the second relay stands by",
+        Duration::from_secs(30),
+        || async { (second.role().await.as_deref() == Some("standby")).then_some(()) },
+    )
+    .await;
+    let mut inserted = insert_transactions(&test, 20, 50).await;
+
+    first.service.kill().await;
+    inserted.extend(insert_transactions(&test, 20, 50).await);
+    second
+        .wait_for_metric(
+            "the standby leads",
+            "relay_leader 1",
+            Duration::from_secs(30),
+        )
+        .await;
+    let result = test.delivery_once_drained(&inserted).await;
+    println!("cdc takeover: {result:?}");
+    assert_eq!(result.lost, 0);
+    assert_eq!(result.order_violations, 0);
+    second.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_postgres_crash_mid_stream_loses_nothing() {
+    let mut cluster = PrivatePostgres::start().await;
+    let test =
+        RelayTest::on_server(&cluster.url("postgres"), Mode::Cdc, &bootstrap_servers()).await;
+    let relay = test.start_relay(&["--batch-size", "50"]);
+    relay
+        .wait_for_metric("the relay leads", "relay_leader 1", Duration::from_secs(30))
+        .await;
+    let mut inserted = test.insert_events(100, 1).await;
+    let first_insert = test.last_insert_lsn();
+    inserted.extend(insert_transactions(&test, 59, 100).await);
+    eventually("the stream starts", Duration::from_secs(60), || async {
+        test.started_publishing(first_insert.as_deref())
+            .await
+            .then_some(())
+    })
+    .await;
+
+    cluster.crash().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.restart().await;
+    inserted.extend(insert_transactions(&test, 20, 100).await);
+
+    let result = test.delivery_once_drained(&inserted).await;
+    println!("postgres crash (cdc mode): {result:?}");
+    assert_eq!(result.lost, 0);
+    assert_eq!(result.order_violations, 0);
+    relay.service.terminate(Duration::from_secs(30)).await;
+}
+
+/// An hour of an idle outbox, compressed: other tables keep writing, the
+/// outbox gets nothing. The relay confirms the keepalives' positions, so its
+/// slot holds little WAL; a slot nobody confirms, beside it, holds it all.
+#[tokio::test]
+async fn an_idle_outbox_does_not_pin_the_wal_of_other_writes() {
+    let cluster = PrivatePostgres::start().await;
+    let test =
+        RelayTest::on_server(&cluster.url("postgres"), Mode::Cdc, &bootstrap_servers()).await;
+    let slot = test.cdc_slot.clone().unwrap();
+    let relay = test.start_relay(&[]);
+    relay
+        .wait_for_metric("the relay leads", "relay_leader 1", Duration::from_secs(30))
+        .await;
+    sqlx::query("select pg_create_logical_replication_slot('nobody_reads', 'pgoutput')")
+        .execute(&test.pool)
+        .await
+        .unwrap();
+    let start: i64 = sqlx::query_scalar("select (pg_current_wal_lsn() - '0/0')::bigint")
+        .fetch_one(&test.pool)
+        .await
+        .unwrap();
+
+    for _ in 0..8 {
+        write_other_wal(&test.pool, 16).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let written: i64 = sqlx::query_scalar("select (pg_current_wal_lsn() - '0/0')::bigint - $1")
+        .bind(start)
+        .fetch_one(&test.pool)
+        .await
+        .unwrap();
+    // The slot's restart position moves at the next running-transactions
+    // record (a checkpoint writes one) after a confirmation.
+    let retained = eventually(
+        "the relay's slot lets go of the WAL",
+        Duration::from_secs(90),
+        || async {
+            sqlx::query("checkpoint").execute(&test.pool).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let retained = retained_wal(&test.pool, &slot).await;
+            (retained < 16 * 1024 * 1024).then_some(retained)
+        },
+    )
+    .await;
+    let unconfirmed = retained_wal(&test.pool, "nobody_reads").await;
+    println!(
+        "idle outbox: wal_written={:.1} MB retained_by_relay_slot={:.2} MB retained_by_unread_slot={:.1} MB",
+        written as f64 / MB,
+        retained as f64 / MB,
+        unconfirmed as f64 / MB
+    );
+    assert!(
+        unconfirmed >= written * 9 / 10,
+        "the baseline slot should hold the WAL written"
+    );
+    relay
+        .wait_for_metric(
+            "the slot-lag gauge is exported",
+            "relay_slot_retained_wal_bytes",
+            Duration::from_secs(20),
+        )
+        .await;
+    relay.service.terminate(Duration::from_secs(30)).await;
+}
+
+/// max_slot_wal_keep_size exceeded while the relay is frozen: the slot is
+/// invalidated; the relay stops (it does not poll by itself) and says how
+/// to rebuild.
+#[tokio::test]
+async fn an_invalidated_slot_stops_the_relay_with_the_commands_to_rebuild() {
+    let cluster = PrivatePostgres::start().await;
+    let test = RelayTest::on_server(&cluster.url("postgres"), Mode::Cdc, &bootstrap_servers())
+        .await
+        .keeping_rows();
+    for statement in [
+        "alter system set max_slot_wal_keep_size = '48MB'",
+        "select pg_reload_conf()",
+    ] {
+        sqlx::query(statement).execute(&test.pool).await.unwrap();
+    }
+    let slot = test.cdc_slot.clone().unwrap();
+    let relay = test.start_relay(&[]);
+    let mut inserted = insert_transactions(&test, 2, 10).await;
+    let result = test.delivery_once_drained(&inserted).await;
+    assert_eq!(result.lost, 0);
+
+    relay.service.signal(Signal::SIGSTOP);
+    // Written while the relay is frozen: in the WAL the server removes.
+    inserted.extend(insert_transactions(&test, 2, 10).await);
+    eventually(
+        "the slot is invalidated",
+        Duration::from_secs(120),
+        || async {
+            write_other_wal(&test.pool, 32).await;
+            sqlx::query("checkpoint").execute(&test.pool).await.unwrap();
+            let status: Option<String> = sqlx::query_scalar(
+                "select wal_status from pg_replication_slots where slot_name = $1",
+            )
+            .bind(&slot)
+            .fetch_one(&test.pool)
+            .await
+            .unwrap();
+            (status.as_deref() == Some("lost")).then_some(())
+        },
+    )
+    .await;
+    relay.service.signal(Signal::SIGCONT);
+
+    let (code, log) = relay.service.exit(Duration::from_secs(60)).await;
+    println!("invalidated slot: exit code {code:?}");
+    assert_eq!(code, Some(1), "{log}");
+    for expected in [
+        "wal_status = lost",
+        "pg_drop_replication_slot",
+        "delete-in-transaction",
+    ] {
+        assert!(log.contains(expected), "{expected:?} not in:\n{log}");
+    }
+    // A restart refuses at once with the same explanation.
+    let again = test.start_relay(&[]);
+    let (code, log) = again.service.exit(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("wal_status = lost"), "{log}");
+
+    // The rebuild the message describes: drop the slot, start again.
+    sqlx::query("select pg_drop_replication_slot($1)")
+        .bind(&slot)
+        .execute(&test.pool)
+        .await
+        .unwrap();
+    let rebuilt = test.start_relay(&[]);
+    let result = test.delivery_once_drained(&inserted).await;
+    println!("invalidated slot, rebuilt: {result:?}");
+    assert_eq!(result.lost, 0);
+    rebuilt.service.terminate(Duration::from_secs(30)).await;
+}
+
+/// `--outbox-cleanup delete-in-transaction`: the writer deletes its rows
+/// in the inserting transaction; the WAL still carries the inserts. A row
+/// that cannot become a record is parked (written back with parked_at) and
+/// the rows behind it go on.
+#[tokio::test]
+async fn rows_deleted_in_their_own_transaction_are_published_and_poison_is_parked() {
+    let test = RelayTest::in_mode(Mode::Cdc, &bootstrap_servers()).await;
+    let relay = test.start_relay(&["--outbox-cleanup", "delete-in-transaction"]);
+    relay
+        .wait_for_metric("the relay leads", "relay_leader 1", Duration::from_secs(30))
+        .await;
+    let mut tx = test.pool.begin().await.unwrap();
+    let mut ids: Vec<Uuid> = Vec::new();
+    for (aggregate_type, n) in [
+        (test.aggregate_type.as_str(), 0),
+        ("not a topic!", 1),
+        (test.aggregate_type.as_str(), 2),
+    ] {
+        ids.push(
+            sqlx::query_scalar(
+                "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+                 values (gen_random_uuid(), $1, 'agg-0', 'TestEvent', jsonb_build_object('n', $2::int))
+                 returning id",
+            )
+            .bind(aggregate_type)
+            .bind(n)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap(),
+        );
+    }
+    sqlx::query("delete from outbox where id = any($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let records = test
+        .reader()
+        .read_at_least(2, Duration::from_secs(60))
+        .await;
+    let published: Vec<String> = records.iter().filter_map(|r| r.header("id")).collect();
+    assert_eq!(published, [ids[0].to_string(), ids[2].to_string()]);
+    let parked = eventually(
+        "the poison row is parked",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_as::<_, (Uuid, Option<String>)>(
+                "select id, last_error from outbox where parked_at is not null",
+            )
+            .fetch_optional(&test.pool)
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(parked.0, ids[1]);
+    let remaining: i64 = sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(&test.pool)
+        .await
+        .unwrap();
+    assert_eq!(remaining, 1, "only the parked row is in the table");
+    relay
+        .wait_for_metric(
+            "the parking is counted",
+            "outbox_parked_total 1",
+            Duration::from_secs(10),
+        )
+        .await;
+    relay.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_role_without_replication_gets_a_clear_error() {
+    let test = RelayTest::in_mode(Mode::Cdc, &bootstrap_servers()).await;
+    let role = format!("norepl_{}", &Uuid::new_v4().simple().to_string()[..12]);
+    for statement in [
+        format!("create role {role} login"),
+        format!("grant all on outbox to {role}"),
+    ] {
+        sqlx::query(&statement).execute(&test.pool).await.unwrap();
+    }
+    let mut url = url::Url::parse(&test.database.url()).unwrap();
+    url.set_username(&role).unwrap();
+    let relay = test.start_relay_on(url.as_str(), &[], &[]);
+    let (code, log) = relay.service.exit(Duration::from_secs(30)).await;
+    sqlx::raw_sql(&format!("drop owned by {role}; drop role {role}"))
+        .execute(&test.pool)
+        .await
+        .ok();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains(&format!("role {role} may not stream a replication slot")),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_without_logical_wal_gets_a_clear_error() {
+    // The machine's own server runs wal_level=replica; where it runs
+    // logical, a private cluster started with replica stands in.
+    let test = RelayTest::new().await;
+    let wal_level: String = sqlx::query_scalar("show wal_level")
+        .fetch_one(&test.pool)
+        .await
+        .unwrap();
+    if wal_level == "logical" {
+        println!("the orders server runs wal_level=logical: nothing to check here");
+        return;
+    }
+    let relay = test.start_relay(&["--mode", "cdc", "--cdc-slot", "never_created"]);
+    let (code, log) = relay.service.exit(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("wal_level is 'replica'"), "{log}");
+    assert!(log.contains("--mode poll"), "{log}");
 }

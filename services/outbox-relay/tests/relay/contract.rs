@@ -9,7 +9,7 @@ use serde::Deserialize;
 use test_support::broker::PrivateBroker;
 use test_support::kafka::{TopicReader, create_topic, java_partition};
 
-use crate::helpers::RelayTest;
+use crate::helpers::{Mode, RelayTest};
 
 #[derive(Debug, Deserialize)]
 struct Fixture {
@@ -80,6 +80,15 @@ fn the_fixture_partitions_follow_the_java_partitioner() {
 
 #[tokio::test]
 async fn the_relay_publishes_exactly_the_record_debezium_emits() {
+    publishes_exactly_what_debezium_emits(Mode::Poll).await;
+}
+
+#[tokio::test]
+async fn the_relay_in_cdc_mode_publishes_exactly_the_record_debezium_emits() {
+    publishes_exactly_what_debezium_emits(Mode::Cdc).await;
+}
+
+async fn publishes_exactly_what_debezium_emits(mode: Mode) {
     let (partitions, cases) = cases();
     // The fixtures route to pedido.eventos and estoque.eventos: a broker of
     // the test's own keeps these records out of the shared one.
@@ -90,7 +99,16 @@ async fn the_relay_publishes_exactly_the_record_debezium_emits() {
     for topic in &topics {
         create_topic(&broker.address, topic, partitions).await;
     }
-    let test = RelayTest::with_broker(&broker.address).await;
+    let test = RelayTest::in_mode(mode, &broker.address).await;
+    let relay = test.start_relay(&["--topics", &topics.join(",")]);
+    if mode == Mode::Cdc {
+        // Rows written once the slot streams, and deleted in their own
+        // transaction: only the WAL carries them to the relay.
+        relay
+            .wait_for_metric("the relay leads", "relay_leader 1", Duration::from_secs(30))
+            .await;
+    }
+    let mut tx = test.pool.begin().await.unwrap();
     for case in &cases {
         sqlx::query(
             "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
@@ -102,11 +120,12 @@ async fn the_relay_publishes_exactly_the_record_debezium_emits() {
         .bind(&case.row.event_type)
         .bind(&case.row.payload)
         .bind(&case.row.traceparent)
-        .execute(&test.pool)
+        .execute(&mut *tx)
         .await
         .unwrap();
     }
-    let relay = test.start_relay(&["--topics", &topics.join(",")]);
+    let ids: Vec<uuid::Uuid> = cases.iter().map(|case| case.row.id).collect();
+    test.commit_inserts(tx, &ids).await;
     test.wait_until_drained(Duration::from_secs(60)).await;
     let mut records = Vec::new();
     for topic in &topics {
@@ -146,5 +165,9 @@ async fn the_relay_publishes_exactly_the_record_debezium_emits() {
             .collect();
         assert_eq!(headers, expected.headers, "{}", case.name);
     }
+    println!(
+        "contract test ({mode:?} mode): {} cases byte-identical to the Debezium fixtures",
+        cases.len()
+    );
     relay.service.terminate(Duration::from_secs(30)).await;
 }

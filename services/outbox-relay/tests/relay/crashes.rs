@@ -2,8 +2,9 @@ use std::time::Duration;
 
 use test_support::broker::PrivateBroker;
 use test_support::eventually::eventually;
+use test_support::kafka::bootstrap_servers;
 
-use crate::helpers::{RelayTest, delivery};
+use crate::helpers::{Mode, RelayTest, delivery};
 
 /// A small deterministic generator: the kill points vary per run (the seed
 /// is printed) without a dependency.
@@ -16,8 +17,32 @@ fn next_delay(seed: &mut u64, min_ms: u64, max_ms: u64) -> Duration {
 
 #[tokio::test]
 async fn kill_9_at_random_points_of_a_drain_loses_nothing() {
-    let test = RelayTest::new().await;
-    let inserted = test.insert_events(100, 100).await;
+    kill_9_at_random_points(Mode::Poll).await;
+}
+
+#[tokio::test]
+async fn kill_9_of_the_cdc_relay_at_random_points_of_a_stream_loses_nothing() {
+    kill_9_at_random_points(Mode::Cdc).await;
+}
+
+async fn kill_9_at_random_points(mode: Mode) {
+    let test = RelayTest::in_mode(mode, &bootstrap_servers()).await;
+    if mode == Mode::Cdc {
+        // The slot must exist before the rows: they are deleted in their
+        // own transactions, so only the WAL has them.
+        let first = test.start_relay(&[]);
+        first
+            .wait_for_metric("the relay leads", "relay_leader 1", Duration::from_secs(30))
+            .await;
+        first.service.kill().await;
+    }
+    // 100 transactions of 100 rows: CDC mode publishes whole transactions,
+    // so a kill can land between them.
+    let mut inserted = test.insert_events(100, 1).await;
+    let first_insert = test.last_insert_lsn();
+    for _ in 1..100 {
+        inserted.extend(test.insert_events(100, 1).await);
+    }
     let mut seed = u64::from(std::process::id()) ^ 0x5eed;
     println!("kill test seed: {seed}");
 
@@ -27,14 +52,15 @@ async fn kill_9_at_random_points_of_a_drain_loses_nothing() {
             break;
         }
         // Small batches make the drain last long enough to be hit.
-        let relay = test.start_relay(&["--batch-size", "20"]);
+        // CDC: confirmations reach the server every status interval; a
+        // kill loses (re-sends) what was not yet confirmed.
+        let relay = test.start_relay(&["--batch-size", "20", "--cdc-status-interval", "100ms"]);
         tokio::time::sleep(next_delay(&mut seed, 150, 900)).await;
         relay.service.kill().await;
-        let pending = test.pending().await;
-        if pending == 0 {
+        if test.drained().await {
             break;
         }
-        if pending < 10_000 {
+        if test.started_publishing(first_insert.as_deref()).await {
             kills_mid_drain += 1;
         }
     }
@@ -48,7 +74,7 @@ async fn kill_9_at_random_points_of_a_drain_loses_nothing() {
     let records = test.reader().read_all(Duration::from_secs(60)).await;
     let result = delivery(&records, &inserted);
     println!(
-        "relay kill test: rows={} kills={kills_mid_drain} lost={} duplicates={} order_violations={}",
+        "relay kill test ({mode:?} mode): rows={} kills={kills_mid_drain} lost={} duplicates={} order_violations={}",
         inserted.len(),
         result.lost,
         result.duplicates,
@@ -89,12 +115,32 @@ async fn shutdown_records_the_batch_in_flight() {
 
 #[tokio::test]
 async fn a_broker_stopped_for_ten_seconds_mid_drain_loses_nothing() {
+    broker_stopped_mid_drain(Mode::Poll).await;
+}
+
+#[tokio::test]
+async fn a_broker_stopped_for_ten_seconds_mid_stream_loses_nothing_in_cdc_mode() {
+    broker_stopped_mid_drain(Mode::Cdc).await;
+}
+
+async fn broker_stopped_mid_drain(mode: Mode) {
     let mut broker = PrivateBroker::start().await;
-    let test = RelayTest::with_broker(&broker.address).await;
+    let test = RelayTest::in_mode(mode, &broker.address).await;
     let relay = test.start_relay(&["--batch-size", "100", "--delivery-timeout", "5s"]);
-    let mut inserted = test.insert_events(20, 100).await;
+    if mode == Mode::Cdc {
+        relay
+            .wait_for_metric("the relay leads", "relay_leader 1", Duration::from_secs(30))
+            .await;
+    }
+    let mut inserted = test.insert_events(20, 1).await;
+    let first_insert = test.last_insert_lsn();
+    for _ in 1..100 {
+        inserted.extend(test.insert_events(20, 1).await);
+    }
     eventually("the drain starts", Duration::from_secs(30), || async {
-        (test.pending().await < 2_000).then_some(())
+        test.started_publishing(first_insert.as_deref())
+            .await
+            .then_some(())
     })
     .await;
 
@@ -104,7 +150,7 @@ async fn a_broker_stopped_for_ten_seconds_mid_drain_loses_nothing() {
     broker.restart().await;
 
     let result = test.delivery_once_drained(&inserted).await;
-    println!("broker outage: {result:?}");
+    println!("broker outage ({mode:?} mode): {result:?}");
     assert_eq!(result.lost, 0);
     assert_eq!(result.order_violations, 0);
     relay.service.terminate(Duration::from_secs(30)).await;

@@ -17,6 +17,20 @@ fn orders_server() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
 }
 
+/// A server with wal_level=logical (scripts/services picks it).
+pub(crate) fn logical_server() -> String {
+    std::env::var("ENTREGA_CDC_POSTGRES_URL")
+        .expect("ENTREGA_CDC_POSTGRES_URL is not set: run the tests through scripts/test")
+}
+
+/// How the relay under test reads the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Poll,
+    /// From a slot named after the test's database, on a logical server.
+    Cdc,
+}
+
 /// One test's outbox database and topic.
 #[derive(Debug)]
 pub(crate) struct RelayTest {
@@ -26,6 +40,17 @@ pub(crate) struct RelayTest {
     pub(crate) aggregate_type: String,
     pub(crate) topic: String,
     pub(crate) bootstrap: String,
+    /// CDC mode's slot; `None` in poll mode.
+    pub(crate) cdc_slot: Option<String>,
+    /// CDC mode as the stream alone can pass it: inserts are deleted in
+    /// their own transaction (`--outbox-cleanup delete-in-transaction`), so
+    /// the relay's start-up catch-up finds nothing and every record comes
+    /// from the WAL. [`RelayTest::keeping_rows`] turns it off.
+    delete_in_transaction: bool,
+    /// A WAL position inside the last insert's transaction, before its
+    /// commit: the slot's confirmed position passes it once that
+    /// transaction (and so every earlier one) was delivered.
+    last_insert_lsn: std::sync::Mutex<Option<String>>,
     /// The next payload `n`: increasing across inserts, for order checks.
     next_n: AtomicI64,
 }
@@ -36,9 +61,23 @@ impl RelayTest {
     }
 
     pub(crate) async fn with_broker(bootstrap: &str) -> Self {
+        Self::in_mode(Mode::Poll, bootstrap).await
+    }
+
+    /// A test of the relay in `mode`, its database on the server that mode
+    /// needs.
+    pub(crate) async fn in_mode(mode: Mode, bootstrap: &str) -> Self {
+        let server = match mode {
+            Mode::Poll => orders_server(),
+            Mode::Cdc => logical_server(),
+        };
+        Self::on_server(&server, mode, bootstrap).await
+    }
+
+    pub(crate) async fn on_server(server: &str, mode: Mode, bootstrap: &str) -> Self {
         let (database, pool) =
-            TestDatabase::create_migrated(&orders_server(), "relay_test", &[outbox::migrator()], 4)
-                .await;
+            TestDatabase::create_migrated(server, "relay_test", &[outbox::migrator()], 4).await;
+        let cdc_slot = (mode == Mode::Cdc).then(|| database.name.clone());
         let aggregate_type = format!("relaytest{}", &Uuid::new_v4().simple().to_string()[..12]);
         let topic = format!("{aggregate_type}.eventos");
         create_topic(bootstrap, &topic, PARTITIONS).await;
@@ -48,8 +87,17 @@ impl RelayTest {
             aggregate_type,
             topic,
             bootstrap: bootstrap.to_owned(),
+            delete_in_transaction: cdc_slot.is_some(),
+            cdc_slot,
+            last_insert_lsn: std::sync::Mutex::new(None),
             next_n: AtomicI64::new(0),
         }
+    }
+
+    /// CDC mode with the rows left in the table for the relay to delete.
+    pub(crate) fn keeping_rows(mut self) -> Self {
+        self.delete_in_transaction = false;
+        self
     }
 
     /// Inserts `per_aggregate` events for each of `aggregates` aggregates in
@@ -58,7 +106,8 @@ impl RelayTest {
     pub(crate) async fn insert_events(&self, aggregates: usize, per_aggregate: usize) -> Vec<Uuid> {
         let total = i64::try_from(aggregates * per_aggregate).unwrap();
         let first_n = self.next_n.fetch_add(total, Ordering::SeqCst);
-        sqlx::query_scalar(
+        let mut tx = self.pool.begin().await.unwrap();
+        let ids: Vec<Uuid> = sqlx::query_scalar(
             "insert into outbox (id, aggregatetype, aggregateid, type, payload)
              select gen_random_uuid(), $1, 'agg-' || (i % $2), 'TestEvent', jsonb_build_object('n', $4 + i)
              from generate_series(0, $3 - 1) as i
@@ -69,9 +118,75 @@ impl RelayTest {
         .bind(i64::try_from(aggregates).unwrap())
         .bind(total)
         .bind(first_n)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        self.commit_inserts(tx, &ids).await;
+        ids
+    }
+
+    /// Commits a transaction that inserted the rows `ids`, deleting them
+    /// first in CDC's delete-in-transaction set-up.
+    pub(crate) async fn commit_inserts(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+        ids: &[Uuid],
+    ) {
+        if self.delete_in_transaction {
+            sqlx::query("delete from outbox where id = any($1)")
+                .bind(ids)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        if self.cdc_slot.is_some() {
+            let lsn: String = sqlx::query_scalar("select pg_current_wal_insert_lsn()::text")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            *self.last_insert_lsn.lock().unwrap() = Some(lsn);
+        }
+        tx.commit().await.unwrap();
+    }
+
+    /// True once the slot's confirmed position passed `lsn`.
+    async fn confirmed_past(&self, lsn: &str) -> bool {
+        sqlx::query_scalar::<_, Option<bool>>(
+            "select confirmed_flush_lsn > $2::pg_lsn from pg_replication_slots where slot_name = $1",
+        )
+        .bind(self.cdc_slot.as_deref())
+        .bind(lsn)
+        .fetch_optional(&self.pool)
         .await
         .unwrap()
+        .flatten()
+        .unwrap_or(false)
+    }
+
+    /// True once every row inserted so far is published.
+    pub(crate) async fn drained(&self) -> bool {
+        if self.delete_in_transaction {
+            let last = self.last_insert_lsn.lock().unwrap().clone();
+            match last {
+                Some(lsn) => self.confirmed_past(&lsn).await,
+                None => true,
+            }
+        } else {
+            self.pending().await == 0
+        }
+    }
+
+    /// True once some of the rows inserted so far are published.
+    pub(crate) async fn started_publishing(&self, first_insert_lsn: Option<&str>) -> bool {
+        match (self.delete_in_transaction, first_insert_lsn) {
+            (true, Some(lsn)) => self.confirmed_past(lsn).await,
+            _ => self.pending().await < self.next_n.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The WAL position of the last insert (CDC mode).
+    pub(crate) fn last_insert_lsn(&self) -> Option<String> {
+        self.last_insert_lsn.lock().unwrap().clone()
     }
 
     /// Inserts one row as given.
@@ -147,6 +262,12 @@ impl RelayTest {
         .chain(RELAY_QUICK_FLAGS)
         .map(|s| (*s).to_owned())
         .collect();
+        if let Some(slot) = &self.cdc_slot {
+            args.extend(["--mode", "cdc", "--cdc-slot", slot].map(str::to_owned));
+            if self.delete_in_transaction && !extra.contains(&"--outbox-cleanup") {
+                args.extend(["--outbox-cleanup", "delete-in-transaction"].map(str::to_owned));
+            }
+        }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         RelayProcess {
@@ -171,7 +292,7 @@ impl RelayTest {
     /// Waits until every row is published.
     pub(crate) async fn wait_until_drained(&self, deadline: Duration) {
         eventually("the outbox drains", deadline, || async {
-            (self.pending().await == 0).then_some(())
+            self.drained().await.then_some(())
         })
         .await;
     }

@@ -73,7 +73,7 @@ async fn a_row_that_commits_late_with_a_lower_seq_is_still_published() {
 async fn with_retention_published_rows_are_kept_and_marked() {
     let test = RelayTest::new().await;
     let inserted = test.insert_events(3, 10).await;
-    let relay = test.start_relay(&["--retain-published", "7d"]);
+    let relay = test.start_relay(&["--outbox-cleanup", "retain", "--retain-published", "7d"]);
 
     test.wait_until_drained(Duration::from_secs(60)).await;
 

@@ -210,7 +210,12 @@ fn metric_names_are_read_from_expressions() {
 async fn every_metric_the_rules_and_dashboard_name_is_exported() {
     let referenced = referenced_metrics();
     assert!(referenced.len() >= 10, "{referenced:?}");
-    let pipeline = Pipeline::start(PipelineOptions::default()).await;
+    // CDC mode: its relay exports poll mode's metrics and the slot's.
+    let pipeline = Pipeline::start(PipelineOptions {
+        relay_mode: e2e::pipeline::RelayMode::Cdc,
+        ..PipelineOptions::default()
+    })
+    .await;
     let placed = place_orders(&pipeline.order_service.http, 20, 4, 12).await;
     settle(&pipeline, &placed, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(11)).await; // one lag and backlog sample

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use e2e::invariants::{check, settle};
 use e2e::load::place_orders_in_background;
-use e2e::pipeline::Kind;
+use e2e::pipeline::{Kind, RelayMode};
 use e2e::report::{assert_sound, report};
 use e2e::{Pipeline, PipelineOptions};
 use test_support::eventually::eventually;
@@ -93,11 +93,50 @@ async fn relay_killed_again_and_again(retain_published: bool, scenario: &str) {
     pipeline.stop().await;
 }
 
+/// CDC mode: kills wherever they land; each restart resumes from the
+/// slot's confirmed position and re-sends the unconfirmed tail.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cdc_relay_killed_again_and_again_under_load_loses_nothing() {
+    let mut pipeline = Pipeline::start(PipelineOptions {
+        retain_published: false,
+        relay_mode: RelayMode::Cdc,
+        ..PipelineOptions::default()
+    })
+    .await;
+    let load = place_orders_in_background(&pipeline.order_service.http, 1_000, 4, 2);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        pipeline.kill(Kind::Relay, 0).await;
+        pipeline.start_relay().await;
+    }
+    let placed = load.await.unwrap();
+    settle(&pipeline, &placed, Duration::from_secs(120)).await;
+
+    let outcome = check(&pipeline, &placed, &[]).await;
+    report("cdc_relay_kill_9", &outcome);
+    assert_sound(&outcome);
+    assert!(
+        outcome.duplicates_absorbed > 0,
+        "no re-sent record: the kills did not test what they claim"
+    );
+    pipeline.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_relays_and_three_consumers_with_rebalances_mid_load() {
+    two_relays_and_three_consumers(RelayMode::Poll, "two_relays_three_consumers").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_cdc_relays_and_three_consumers_with_rebalances_mid_load() {
+    two_relays_and_three_consumers(RelayMode::Cdc, "two_cdc_relays_three_consumers").await;
+}
+
+async fn two_relays_and_three_consumers(relay_mode: RelayMode, scenario: &str) {
     let mut pipeline = Pipeline::start(PipelineOptions {
         relays: 2,
         consumers: 3,
+        relay_mode,
         ..PipelineOptions::default()
     })
     .await;
@@ -126,7 +165,7 @@ async fn two_relays_and_three_consumers_with_rebalances_mid_load() {
     settle(&pipeline, &placed, Duration::from_secs(120)).await;
 
     let outcome = check(&pipeline, &placed, &[]).await;
-    report("two_relays_three_consumers", &outcome);
+    report(scenario, &outcome);
     assert_sound(&outcome);
     pipeline.stop().await;
 }
