@@ -106,8 +106,8 @@ mod tests {
         let url = parse_database_url("postgres://app:s3cret@db:5432/orders").unwrap();
         assert_eq!(format!("{url:?}"), "postgres://app:***@db:5432/orders");
         assert_eq!(url.password(), Some("s3cret"));
-        let url = parse_database_url("postgres://app:a%40b%2F@db/orders").unwrap();
-        assert_eq!(url.password(), Some("a@b/"));
+        let escaped = parse_database_url("postgres://app:a%40b%2F@db/orders").unwrap();
+        assert_eq!(escaped.password(), Some("a@b/"));
         assert!(parse_database_url("postgres://app:a%4@db/orders").is_err());
         assert_eq!(url.to_string(), "postgres://app:***@db:5432/orders");
         let url = parse_database_url("postgres://postgres@127.0.0.1:5432/orders").unwrap();
