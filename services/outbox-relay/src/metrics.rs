@@ -80,6 +80,10 @@ pub fn recorder() -> PrometheusHandle {
             "CDC mode: 1 when the slot is invalidated or gone: the relay stops, see docs/relay.md"
         );
         metrics::describe_gauge!(
+            "relay_cdc_unclean_rows",
+            "CDC mode: published rows whose mark or delete has not found them yet (their commit not yet visible); retried"
+        );
+        metrics::describe_gauge!(
             "relay_cdc_confirmed_lsn",
             "CDC mode: the WAL position last confirmed to the server"
         );

@@ -85,24 +85,27 @@ static FETCH_PENDING: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Records a batch as published, in one statement.
+/// Records a batch as published, in one statement. Returns the ids it
+/// found: in CDC mode a row can be published before its commit is visible
+/// to this statement (the caller retries those).
 pub async fn mark_published(
     conn: &mut PgConnection,
     ids: &[Uuid],
     after: AfterPublish,
-) -> Result<u64, sqlx::Error> {
+) -> Result<Vec<Uuid>, sqlx::Error> {
     if ids.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let statement = match after {
-        AfterPublish::Delete => "delete from outbox where id = any($1)",
-        AfterPublish::Retain => "update outbox set published_at = now() where id = any($1)",
+        AfterPublish::Delete => "delete from outbox where id = any($1) returning id",
+        AfterPublish::Retain => {
+            "update outbox set published_at = now() where id = any($1) returning id"
+        }
     };
-    Ok(sqlx::query(statement)
+    sqlx::query_scalar(statement)
         .bind(ids)
-        .execute(conn)
-        .await?
-        .rows_affected())
+        .fetch_all(conn)
+        .await
 }
 
 /// Counts one failed attempt caused by each row itself, records its error,

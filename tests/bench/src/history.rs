@@ -48,6 +48,7 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     let relay_args = relay::Args {
         rows: i64::try_from(args.rows).unwrap_or(i64::MAX),
         relay: "target/release/outbox-relay".to_owned(),
+        setups: vec![relay::Setup::Poll],
     };
     let consumer_args = consumer::Args {
         records: args.rows,
@@ -55,7 +56,7 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     };
     // Both relay runs keep published rows, so only the history differs.
     let (relay_history, relay_empty) = bracketed(
-        |history| relay::relay_rate(&relay_args, &bootstrap, Some(history)),
+        |history| relay::relay_rate(&relay_args, relay::Setup::Poll, &bootstrap, Some(history)),
         args.history,
     )
     .await;

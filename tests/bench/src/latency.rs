@@ -9,13 +9,14 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use test_support::broker::PrivateBroker;
 use test_support::database::TestDatabase;
-use test_support::eventually::eventually;
+use test_support::eventually::{eventually, within};
 use test_support::kafka::create_topic;
 use test_support::process::{Service, free_port};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::load::run_load;
+use crate::relay::Setup;
 use crate::report::Figure;
 
 #[derive(Debug, clap::Args)]
@@ -30,6 +31,9 @@ pub(crate) struct Args {
     /// librdkafka's default of 500 ms.
     #[arg(long)]
     pub(crate) fetch_wait_max_ms: Option<u32>,
+    /// The relay set-ups to measure, one after the other, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "poll")]
+    pub(crate) setups: Vec<Setup>,
 }
 
 fn server(variable: &str, default: &str) -> String {
@@ -59,6 +63,9 @@ pub(crate) async fn wait_ready(address: &str) {
     .await;
 }
 
+/// How long the relay may take, after a load, to publish what it wrote.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(300);
+
 /// Sorted latencies in milliseconds.
 struct Latencies {
     total: Vec<f64>,
@@ -75,18 +82,11 @@ struct Stack {
 }
 
 impl Stack {
-    async fn start(bin: &str, fetch_wait_max_ms: Option<u32>) -> Self {
+    async fn start(bin: &str, fetch_wait_max_ms: Option<u32>, setup: Setup) -> Self {
         let broker = PrivateBroker::start().await;
         create_topic(&broker.address, "pedido.eventos", 6).await;
         create_topic(&broker.address, "pedido.eventos.dlt", 6).await;
-        let orders_db = TestDatabase::create(
-            &server(
-                "ORDER_DATABASE_URL",
-                "postgres://postgres@127.0.0.1:5432/orders",
-            ),
-            "bench_p4_orders",
-        )
-        .await;
+        let orders_db = TestDatabase::create(&setup.server(), "bench_p4_orders").await;
         let inventory_db = TestDatabase::create(
             &server(
                 "INVENTORY_DATABASE_URL",
@@ -118,20 +118,25 @@ impl Stack {
             &quiet,
         )];
         wait_ready(&order_api).await;
+        let mut relay_args = vec![
+            "--database-url",
+            &orders_url,
+            "--bootstrap-servers",
+            &broker.address,
+            "--http-addr",
+            &relay_http,
+            // Kept, so that each order's outbox created_at can be read.
+            "--outbox-cleanup",
+            "retain",
+            "--retain-published",
+            "1d",
+        ];
+        let mode_args = setup.relay_args(&orders_db.name);
+        relay_args.extend(mode_args.iter().map(String::as_str));
         services.push(Service::start(
             "outbox-relay",
             &format!("{bin}/outbox-relay"),
-            &[
-                "--database-url",
-                &orders_url,
-                "--bootstrap-servers",
-                &broker.address,
-                "--http-addr",
-                &relay_http,
-                // Kept, so that each order's outbox created_at can be read.
-                "--retain-published",
-                "1d",
-            ],
+            &relay_args,
             &quiet,
         ));
         services.push(Service::start(
@@ -170,24 +175,33 @@ impl Stack {
     /// Latencies (ms) of the orders created since `since`, once all decided:
     /// outbox row to reservation, and its first leg, outbox row to the
     /// relay's record of the broker's acknowledgement (`published_at`).
-    async fn latencies(&self, since: OffsetDateTime) -> Latencies {
+    /// `Err` says how far behind the relay was when the wait ended.
+    async fn latencies(&self, since: OffsetDateTime) -> Result<Latencies, String> {
         let orders = connect(&self.orders_db).await;
         let inventory = connect(&self.inventory_db).await;
-        let outbox: Vec<(String, OffsetDateTime, Option<OffsetDateTime>)> = eventually(
-            "every outbox row is published",
-            Duration::from_secs(120),
-            || async {
-                let rows: Vec<(String, OffsetDateTime, Option<OffsetDateTime>)> = sqlx::query_as(
-                    "select aggregateid, created_at, published_at from outbox where created_at >= $1",
-                )
-                .bind(since)
-                .fetch_all(&orders)
-                .await
-                .ok()?;
-                rows.iter().all(|row| row.2.is_some()).then_some(rows)
-            },
-        )
+        let read_outbox = || async {
+            sqlx::query_as::<_, (String, OffsetDateTime, Option<OffsetDateTime>)>(
+                "select aggregateid, created_at, published_at from outbox where created_at >= $1",
+            )
+            .bind(since)
+            .fetch_all(&orders)
+            .await
+            .unwrap_or_default()
+        };
+        let outbox = within(DRAIN_DEADLINE, || async {
+            let rows = read_outbox().await;
+            rows.iter().all(|row| row.2.is_some()).then_some(rows)
+        })
         .await;
+        let Some(outbox) = outbox else {
+            let rows = read_outbox().await;
+            let published = rows.iter().filter(|row| row.2.is_some()).count();
+            return Err(format!(
+                "the relay fell behind: {published} of {} rows published {}s after the load",
+                rows.len(),
+                DRAIN_DEADLINE.as_secs()
+            ));
+        };
         let mut relay_leg = Vec::with_capacity(outbox.len());
         let mut created = HashMap::with_capacity(outbox.len());
         for (id, created_at, published_at) in outbox {
@@ -222,7 +236,7 @@ impl Stack {
             .collect();
         total.sort_by(f64::total_cmp);
         relay_leg.sort_by(f64::total_cmp);
-        Latencies { total, relay_leg }
+        Ok(Latencies { total, relay_leg })
     }
 
     async fn stop(self) {
@@ -239,13 +253,24 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
-/// p50, p95 and p99 at each load level.
+/// p50, p95 and p99 at each load level, for each relay set-up in turn.
 pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
-    let stack = Stack::start(&args.bin, args.fetch_wait_max_ms).await;
-    let settings = args.fetch_wait_max_ms.map_or_else(
+    let mut figures = Vec::new();
+    for &setup in &args.setups {
+        figures.extend(measure_one(args, setup).await);
+    }
+    figures
+}
+
+async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
+    let stack = Stack::start(&args.bin, args.fetch_wait_max_ms, setup).await;
+    let mut settings = args.fetch_wait_max_ms.map_or_else(
         || "default settings".to_owned(),
         |ms| format!("KAFKA_FETCH_WAIT_MAX_MS={ms}"),
     );
+    if setup != Setup::Poll {
+        settings.push_str(&format!(", relay in {}", setup.label()));
+    }
     // The highest sustained rate: as fast as 16 clients go, end to end.
     let top = run_load(
         &stack.order_api,
@@ -257,7 +282,9 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     )
     .await
     .rate();
-    stack.latencies(OffsetDateTime::UNIX_EPOCH).await;
+    if let Err(behind) = stack.latencies(OffsetDateTime::UNIX_EPOCH).await {
+        panic!("{behind} at the highest rate");
+    }
     let mut figures = Vec::new();
     for share in [0.25, 0.5, 0.75] {
         let rate = (top * share).max(1.0);
@@ -271,13 +298,8 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
             false,
         )
         .await;
-        let Latencies { total, relay_leg } = stack.latencies(since).await;
-        let figure = Figure {
-            name: format!(
-                "P4 created → reserved at {:.0} % of {top:.0} orders/s, {settings}",
-                share * 100.0
-            ),
-            figure: format!(
+        let figure = match stack.latencies(since).await {
+            Ok(Latencies { total, relay_leg }) => format!(
                 "p50 {:.0} ms, p95 {:.0} ms, p99 {:.0} ms ({} orders at {rate:.0}/s); \
                  of which outbox → broker ack p50 {:.0} ms, p99 {:.0} ms",
                 percentile(&total, 0.5),
@@ -287,6 +309,14 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
                 percentile(&relay_leg, 0.5),
                 percentile(&relay_leg, 0.99),
             ),
+            Err(behind) => behind,
+        };
+        let figure = Figure {
+            name: format!(
+                "P4 created → reserved at {:.0} % of {top:.0} orders/s, {settings}",
+                share * 100.0
+            ),
+            figure,
             baseline: "none (an absolute target)".to_owned(),
             ratio: None,
             target: if (share - 0.5).abs() < f64::EPSILON {

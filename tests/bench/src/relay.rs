@@ -19,11 +19,65 @@ pub(crate) struct Args {
     /// The relay binary (a release build).
     #[arg(long, default_value = "target/release/outbox-relay")]
     pub(crate) relay: String,
+    /// The relay set-ups to measure, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "poll,poll-logical,cdc"
+    )]
+    pub(crate) setups: Vec<Setup>,
+}
+
+/// How the relay reads the outbox, and on which server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Setup {
+    /// Poll mode on the orders server (the machine's PostgreSQL 15).
+    Poll,
+    /// Poll mode on the logical server: the baseline that CDC mode shares
+    /// a server with, so that the mode is the only difference.
+    PollLogical,
+    /// CDC mode on the logical server (`wal_level=logical`).
+    Cdc,
+}
+
+impl Setup {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Poll => "poll mode",
+            Self::PollLogical => "poll mode on the logical server",
+            Self::Cdc => "CDC mode on the logical server",
+        }
+    }
+
+    /// The server the orders database goes on.
+    pub(crate) fn server(self) -> String {
+        match self {
+            Self::Poll => orders_server(),
+            Self::PollLogical | Self::Cdc => logical_server(),
+        }
+    }
+
+    /// The relay's mode flags; CDC mode streams the slot `slot`.
+    pub(crate) fn relay_args(self, slot: &str) -> Vec<String> {
+        match self {
+            Self::Poll | Self::PollLogical => Vec::new(),
+            Self::Cdc => ["--mode", "cdc", "--cdc-slot", slot]
+                .map(str::to_owned)
+                .to_vec(),
+        }
+    }
 }
 
 fn orders_server() -> String {
     std::env::var("ORDER_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
+}
+
+/// The server with `wal_level=logical` that scripts/services runs.
+pub(crate) fn logical_server() -> String {
+    std::env::var("ENTREGA_CDC_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".to_owned())
 }
 
 /// SQL for a time-ordered UUID (the layout of v7) of row `i` of a fill whose
@@ -38,20 +92,27 @@ pub(crate) fn v7_id(start: &str) -> String {
     )
 }
 
+/// A PedidoCriado-sized payload for the order `order_id` (SQL), client `i`.
+fn payload_sql(order_id: &str) -> String {
+    format!(
+        "jsonb_build_object('pedidoId', {order_id}, 'clienteId', 'c-' || (i % 1000),
+                            'itens', jsonb_build_array(jsonb_build_object('sku', 'ABC-1', 'quantidade', 2),
+                                                       jsonb_build_object('sku', 'XYZ-9', 'quantidade', 1)),
+                            'criadoEm', '2026-12-02T15:00:00Z')"
+    )
+}
+
 /// Fills the outbox with `rows` PedidoCriado-sized events, one per order.
 async fn fill(pool: &PgPool, aggregate_type: &str, rows: i64) {
     sqlx::query(&format!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload)
-         select {}, $1, o.order_id::text, 'PedidoCriado',
-                jsonb_build_object('pedidoId', o.order_id, 'clienteId', 'c-' || (i % 1000),
-                                   'itens', jsonb_build_array(jsonb_build_object('sku', 'ABC-1', 'quantidade', 2),
-                                                              jsonb_build_object('sku', 'XYZ-9', 'quantidade', 1)),
-                                   'criadoEm', '2026-12-02T15:00:00Z')
+         select {}, $1, o.order_id::text, 'PedidoCriado', {}
          -- A volatile call in a subquery's select list runs per row; in an
          -- uncorrelated lateral it ran once, and every row had one key.
          from (select i, gen_random_uuid() as order_id from generate_series(1, $2) as i) as o
          order by i",
-        v7_id("now()")
+        v7_id("now()"),
+        payload_sql("o.order_id")
     ))
     .bind(aggregate_type)
     .bind(rows)
@@ -64,16 +125,64 @@ async fn fill(pool: &PgPool, aggregate_type: &str, rows: i64) {
         .unwrap();
 }
 
-/// Rows still to publish. The predicate is the relay's partial index's, to
-/// the letter: with `published_at is null` alone this count read all ten
-/// million retained rows every 20 ms, and P5 measured the observer.
-async fn pending(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from outbox where published_at is null and parked_at is null",
-    )
-    .fetch_one(pool)
+/// CDC mode's input: the same events, each written and deleted in a
+/// transaction of its own (`--outbox-cleanup delete-in-transaction`), so
+/// the table stays empty and every record comes from the WAL, one
+/// transaction per event as the order service writes them. Asynchronous
+/// commit only makes the fill quicker; the relay reads what is committed.
+async fn fill_through_the_log(pool: &PgPool, aggregate_type: &str, rows: i64) {
+    let mut connection = pool.acquire().await.unwrap();
+    sqlx::query("set synchronous_commit = off")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    // Alone in its message: a DO block commits only outside a transaction
+    // block, and statements sent together run in one. It takes no
+    // parameters; the type is ours (letters and digits).
+    sqlx::raw_sql(&format!(
+        "do $fill$
+         declare
+           order_id uuid;
+         begin
+           for i in 1..{rows} loop
+             order_id := gen_random_uuid();
+             insert into outbox (id, aggregatetype, aggregateid, type, payload)
+             values (gen_random_uuid(), '{aggregate_type}', order_id::text, 'PedidoCriado', {});
+             delete from outbox;
+             commit;
+           end loop;
+         end
+         $fill$",
+        payload_sql("order_id")
+    ))
+    .execute(&mut *connection)
     .await
-    .unwrap()
+    .unwrap();
+}
+
+/// Creates the relay's publication and `slot`, as the relay would, before
+/// the fill: a slot only sees what is written after it exists.
+async fn create_slot(pool: &PgPool, slot: &str) {
+    sqlx::query("create publication entrega_outbox for table outbox with (publish = 'insert')")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput')")
+        .bind(slot)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// Rows the relay has published (acknowledged by the broker), from its
+/// `/metrics`: the same measure in both modes, and it reads no table (with
+/// ten million retained rows, counting the backlog measured the observer).
+async fn published(relay_http: &str) -> f64 {
+    let Ok(response) = reqwest::get(format!("http://{relay_http}/metrics")).await else {
+        return 0.0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    test_support::metrics::sum(&text, "outbox_published_total")
 }
 
 /// After a large fill: vacuum it and flush it to disk, so that the measured
@@ -102,12 +211,18 @@ async fn fill_history(pool: &PgPool, rows: i64) {
     settle(pool).await;
 }
 
-/// The relay's drain rate (rows/s): from its first published batch to an
-/// empty outbox. With `retained_history`, the relay keeps published rows
-/// (`--retain-published`) and that many are already in the table.
-pub(crate) async fn relay_rate(args: &Args, bootstrap: &str, retained_history: Option<i64>) -> f64 {
+/// The relay's drain rate (rows/s) in `setup`: from its first published
+/// batch to the last row. With `retained_history`, the relay keeps
+/// published rows (`--outbox-cleanup retain`) and that many are already in
+/// the table (poll mode only).
+pub(crate) async fn relay_rate(
+    args: &Args,
+    setup: Setup,
+    bootstrap: &str,
+    retained_history: Option<i64>,
+) -> f64 {
     let (database, pool) =
-        TestDatabase::create_migrated(&orders_server(), "bench_relay", &[outbox::migrator()], 2)
+        TestDatabase::create_migrated(&setup.server(), "bench_relay", &[outbox::migrator()], 2)
             .await;
     let aggregate_type = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let topic = format!("{aggregate_type}.eventos");
@@ -115,7 +230,13 @@ pub(crate) async fn relay_rate(args: &Args, bootstrap: &str, retained_history: O
     if let Some(rows) = retained_history {
         fill_history(&pool, rows).await;
     }
-    fill(&pool, &aggregate_type, args.rows).await;
+    if setup == Setup::Cdc {
+        create_slot(&pool, &database.name).await;
+        fill_through_the_log(&pool, &aggregate_type, args.rows).await;
+        settle(&pool).await;
+    } else {
+        fill(&pool, &aggregate_type, args.rows).await;
+    }
 
     let http = format!("127.0.0.1:{}", free_port());
     let url = database.url();
@@ -129,30 +250,35 @@ pub(crate) async fn relay_rate(args: &Args, bootstrap: &str, retained_history: O
         "--topics",
         &topic,
     ];
-    if retained_history.is_some() {
-        relay_args.extend(["--retain-published", "7d"]);
+    if setup == Setup::Cdc {
+        relay_args.extend(["--outbox-cleanup", "delete-in-transaction"]);
+    } else if retained_history.is_some() {
+        relay_args.extend(["--outbox-cleanup", "retain", "--retain-published", "7d"]);
     }
+    let mode_args = setup.relay_args(&database.name);
+    relay_args.extend(mode_args.iter().map(String::as_str));
     let relay = Service::start(
         "outbox-relay",
         &args.relay,
         &relay_args,
         &[("RUST_LOG", "warn".to_owned())],
     );
+    let rows = args.rows as f64;
     // The clock starts at the first published batch: start-up is not drain.
-    let started_with = loop {
-        let left = pending(&pool).await;
-        if left < args.rows {
-            break left;
+    let published_before = loop {
+        let published = published(&http).await;
+        if published > 0.0 {
+            break published;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let started = Instant::now();
-    while pending(&pool).await > 0 {
+    while published(&http).await < rows {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
     relay.terminate(Duration::from_secs(30)).await;
-    started_with as f64 / elapsed.as_secs_f64()
+    (rows - published_before) / elapsed.as_secs_f64()
 }
 
 /// The same records from a raw producer with the relay's settings, all
@@ -219,20 +345,33 @@ pub(crate) async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
-/// P2: the drain rate and the raw producer's rate, in one figure.
-pub(crate) async fn measure(args: &Args) -> (f64, Figure) {
+/// P2: the drain rate of each set-up beside the raw producer's rate; and
+/// poll mode's rate, if it ran, for the comparison with the write rate.
+pub(crate) async fn measure(args: &Args) -> (Option<f64>, Vec<Figure>) {
     let bootstrap = bootstrap_servers();
     let raw = raw_producer_rate(args.rows, &bootstrap).await;
-    let relay = relay_rate(args, &bootstrap, None).await;
-    let figure = Figure {
-        name: format!("P2 relay draining {} rows", args.rows),
-        figure: format!("{relay:.0} rows/s"),
-        baseline: format!("raw rdkafka producer, same settings: {raw:.0} records/s"),
-        ratio: Some(relay / raw),
-        target: "≥ 0.7".to_owned(),
-    };
-    println!("{}", figure.ratio_line());
-    (relay, figure)
+    let mut poll_rate = None;
+    let mut figures = Vec::new();
+    for &setup in &args.setups {
+        let relay = relay_rate(args, setup, &bootstrap, None).await;
+        if setup == Setup::Poll {
+            poll_rate = Some(relay);
+        }
+        let name = match setup {
+            Setup::Poll => format!("P2 relay draining {} rows", args.rows),
+            _ => format!("P2 relay draining {} rows, {}", args.rows, setup.label()),
+        };
+        let figure = Figure {
+            name,
+            figure: format!("{relay:.0} rows/s"),
+            baseline: format!("raw rdkafka producer, same settings: {raw:.0} records/s"),
+            ratio: Some(relay / raw),
+            target: "≥ 0.7".to_owned(),
+        };
+        println!("{}", figure.ratio_line());
+        figures.push(figure);
+    }
+    (poll_rate, figures)
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {

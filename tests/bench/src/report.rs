@@ -62,11 +62,16 @@ fn conditions() -> String {
             "show server_version",
         ],
     );
+    let logical_url = std::env::var("ENTREGA_CDC_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".to_owned());
+    let logical = command_output("psql", &[&logical_url, "-Atc", "show server_version"]);
     format!(
         "Run {date} at commit `{commit}`{dirty}. Machine: {cores} cores, {memory} GiB, \
          shared with other work. PostgreSQL {postgres} on 127.0.0.1:5432 with its stock settings \
          (`synchronous_commit=on`); broker tansu 0.6.0 with PostgreSQL 17 storage on the same \
-         machine; release builds; every service and baseline on loopback."
+         machine; release builds; every service and baseline on loopback. Rows that name the \
+         *logical server* ran their orders database on the scripts' PostgreSQL {logical} \
+         (`wal_level=logical`), the one that also stores the broker's data."
     )
 }
 

@@ -13,6 +13,7 @@
 //! starts from the confirmed position: the unconfirmed tail is sent again
 //! (duplicates, which consumers absorb), nothing is skipped.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -36,6 +37,14 @@ use crate::store::{self, AfterPublish};
 /// replication worker hands over what the server already sent without a
 /// wait, so this only ends a batch once the stream is momentarily dry.
 const GATHER: Duration = Duration::from_millis(1);
+
+/// A commit reaches the stream once it is in the WAL, a moment before other
+/// sessions see its rows: the cleanup right after the broker's
+/// acknowledgement can miss a row. It is retried this often...
+const CLEANUP_RETRY: Duration = Duration::from_millis(50);
+/// ...for this long; a row still not found was removed by someone else, or
+/// is left for the next start's catch-up to publish again (a duplicate).
+const CLEANUP_PATIENCE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct CdcSettings {
@@ -146,6 +155,9 @@ struct Session<'a> {
     /// Committed transactions not yet published, in commit order.
     committed: Vec<(TxId, Vec<Parsed>)>,
     committed_rows: usize,
+    /// Published rows the cleanup (mark or delete) has not found yet, and
+    /// since when.
+    unclean: Vec<(Uuid, Instant)>,
     led: bool,
 }
 
@@ -173,6 +185,7 @@ impl<'a> Session<'a> {
             open: None,
             committed: Vec::new(),
             committed_rows: 0,
+            unclean: Vec::new(),
             led: false,
         }
     }
@@ -292,6 +305,10 @@ impl<'a> Session<'a> {
             let next = if self.committed.is_empty() {
                 tokio::select! {
                     event = client.recv() => Some(event),
+                    () = tokio::time::sleep(CLEANUP_RETRY), if !self.unclean.is_empty() => {
+                        self.clean_up(Vec::new()).await?;
+                        continue;
+                    }
                     () = shutdown.cancelled() => return Ok(()),
                 }
             } else {
@@ -417,13 +434,9 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        if let Some(after) = self.settings.after_publish
-            && !published.is_empty()
-        {
-            store::mark_published(&mut *self.pool.acquire().await?, &published, after).await?;
-        }
         metrics::counter!("outbox_published_total").increment(published.len() as u64);
         span.record("published", published.len());
+        self.clean_up(published).await?;
         let confirmable = self.progress.confirmable();
         client.update_applied_lsn(wire(confirmable));
         metrics::gauge!("relay_cdc_confirmed_lsn").set(confirmable.0 as f64);
@@ -431,6 +444,41 @@ impl<'a> Session<'a> {
             Some(error) => Err(StreamError::Delivery(error)),
             None => Ok(()),
         }
+    }
+}
+
+impl Session<'_> {
+    /// Marks or deletes `published` as the cleanup mode says, with the rows
+    /// an earlier cleanup did not find yet; keeps those it does not find.
+    async fn clean_up(&mut self, published: Vec<Uuid>) -> Result<(), StreamError> {
+        let Some(after) = self.settings.after_publish else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        self.unclean
+            .extend(published.into_iter().map(|id| (id, now)));
+        if self.unclean.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = self.unclean.iter().map(|(id, _)| *id).collect();
+        let found: HashSet<Uuid> =
+            store::mark_published(&mut *self.pool.acquire().await?, &ids, after)
+                .await?
+                .into_iter()
+                .collect();
+        self.unclean.retain(|(id, since)| {
+            if found.contains(id) {
+                return false;
+            }
+            if since.elapsed() < CLEANUP_PATIENCE {
+                return true;
+            }
+            tracing::warn!(outbox.id = %id,
+                "published, but its row was not found to mark or delete; if it is still in the table, the next start publishes it again");
+            false
+        });
+        metrics::gauge!("relay_cdc_unclean_rows").set(self.unclean.len() as f64);
+        Ok(())
     }
 }
 

@@ -477,3 +477,100 @@ async fn a_server_without_logical_wal_gets_a_clear_error() {
     assert!(log.contains("wal_level is 'replica'"), "{log}");
     assert!(log.contains("--mode poll"), "{log}");
 }
+
+/// Sets server settings on `cluster` and reloads them.
+async fn reconfigure(pool: &PgPool, settings: &[&str]) {
+    for setting in settings {
+        sqlx::query(setting).execute(pool).await.unwrap();
+    }
+    sqlx::query("select pg_reload_conf()")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// A commit reaches the slot's stream once it is in the WAL, a moment before
+/// other sessions see its rows (seen in P4 at 75 % load: ten published
+/// rows that no mark found, stale in the backlog for good). Here the moment
+/// lasts: the writer's commit waits for a synchronous standby that does not
+/// exist (flushed and streamed, not yet visible), while the relay's own
+/// commits are local. The relay publishes the row, its mark finds nothing;
+/// once the commit is visible, the row must be marked.
+#[tokio::test]
+async fn a_row_published_before_its_commit_is_visible_is_marked_once_it_is() {
+    let cluster = PrivatePostgres::start().await;
+    let test = RelayTest::on_server(&cluster.url("postgres"), Mode::Cdc, &bootstrap_servers())
+        .await
+        .keeping_rows();
+    reconfigure(
+        &test.pool,
+        &[
+            "alter system set synchronous_standby_names = 'nobody'",
+            "alter system set synchronous_commit = 'local'",
+        ],
+    )
+    .await;
+    let relay = test.start_relay(&["--outbox-cleanup", "retain", "--retain-published", "1d"]);
+    let streamed = test
+        .insert_row(&test.aggregate_type, "agg-0", r#"{"n": 0}"#)
+        .await;
+    eventually("the stream runs", Duration::from_secs(60), || async {
+        test.pending().await.eq(&0).then_some(())
+    })
+    .await;
+
+    let mut writer = PgConnection::connect(&test.database.url()).await.unwrap();
+    sqlx::query("set synchronous_commit = on")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    sqlx::query("begin").execute(&mut writer).await.unwrap();
+    let held: Uuid = sqlx::query_scalar(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+         values (gen_random_uuid(), $1, 'agg-1', 'TestEvent', '{\"n\": 1}') returning id",
+    )
+    .bind(&test.aggregate_type)
+    .fetch_one(&mut writer)
+    .await
+    .unwrap();
+    let commit = tokio::spawn(async move { sqlx::query("commit").execute(&mut writer).await });
+    let records = test
+        .reader()
+        .read_at_least(2, Duration::from_secs(60))
+        .await;
+    let mut ids: Vec<String> = records.iter().filter_map(|r| r.header("id")).collect();
+    let mut expected = vec![streamed.to_string(), held.to_string()];
+    ids.sort();
+    expected.sort();
+    assert_eq!(
+        ids, expected,
+        "both published, the held one while invisible"
+    );
+    // The relay marks right after the broker's acknowledgement; give it
+    // time to have tried, then let the commit complete.
+    relay
+        .wait_for_metric(
+            "both rows count as published",
+            "outbox_published_total 2",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(
+        !commit.is_finished(),
+        "the commit is still waiting for the standby"
+    );
+    reconfigure(
+        &test.pool,
+        &["alter system reset synchronous_standby_names"],
+    )
+    .await;
+    commit.await.unwrap().unwrap();
+
+    eventually(
+        "the held row is marked published",
+        Duration::from_secs(30),
+        || async { test.pending().await.eq(&0).then_some(()) },
+    )
+    .await;
+    relay.service.terminate(Duration::from_secs(30)).await;
+}
