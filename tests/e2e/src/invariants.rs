@@ -92,7 +92,7 @@ async fn explain_pending(pipeline: &Pipeline, ids: &[Uuid]) {
             .unwrap_or_default();
         eprintln!("order {id}: reservation {reservation:?}, inventory outbox {rows:?}");
     }
-    let back = TopicReader::new(&pipeline.broker.address, BACK_TOPIC)
+    let back = TopicReader::new(pipeline.broker.address(), BACK_TOPIC)
         .read_all(Duration::from_secs(30))
         .await;
     let on_topic: HashSet<String> = back.iter().map(|r| r.key_text()).collect();
@@ -294,7 +294,7 @@ pub async fn check_with_cancellations(
     let ids: Vec<Uuid> = placed.iter().map(|p| p.id).collect();
     let cancelled: HashSet<Uuid> = cancelled.iter().copied().collect();
     // What travelled: relay re-publishes show as repeated ids on the topic.
-    let all = TopicReader::new(&pipeline.broker.address, TOPIC)
+    let all = TopicReader::new(pipeline.broker.address(), TOPIC)
         .read_all(Duration::from_secs(60))
         .await;
     // One event per accepted order: its outbox row when the relays keep
@@ -363,7 +363,7 @@ pub async fn check_with_cancellations(
             .iter()
             .filter(|id| cancels_by_order.get(id).map_or(0, Vec::len) != 1)
             .count();
-    let back = TopicReader::new(&pipeline.broker.address, BACK_TOPIC)
+    let back = TopicReader::new(pipeline.broker.address(), BACK_TOPIC)
         .read_all(Duration::from_secs(60))
         .await;
     let order_violations = reordered(&first_offsets(&all), "PedidoCriado", "PedidoCancelado")
@@ -419,7 +419,7 @@ pub async fn check_with_cancellations(
     let relay_duplicates = all.len() - distinct_on_topic.len();
     let consumer_duplicates = pipeline.consumer_duplicates().await as usize;
 
-    let dlt_records = TopicReader::new(&pipeline.broker.address, DLT)
+    let dlt_records = TopicReader::new(pipeline.broker.address(), DLT)
         .read_all(Duration::from_secs(60))
         .await;
     let mut dlt_reasons: HashMap<String, usize> = HashMap::new();
@@ -429,7 +429,7 @@ pub async fn check_with_cancellations(
             .or_default() += 1;
     }
     let mut back_dlt_reasons: HashMap<String, usize> = HashMap::new();
-    for record in TopicReader::new(&pipeline.broker.address, BACK_DLT)
+    for record in TopicReader::new(pipeline.broker.address(), BACK_DLT)
         .read_all(Duration::from_secs(60))
         .await
     {

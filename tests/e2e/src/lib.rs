@@ -9,6 +9,7 @@
 // A failed step of a scenario is a failed test, with its message.
 #![allow(clippy::unwrap_used)]
 
+pub mod containers; // PostgreSQL and the broker in containers (testcontainers)
 pub mod invariants; // what must hold at the end of every scenario
 pub mod load; // placing orders through the order service's API
 pub mod pipeline; // brokers, databases and service processes

@@ -7,6 +7,8 @@ use nix::sys::signal::Signal;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use test_support::broker::PrivateBroker;
+
+use crate::containers::{BrokerContainer, PostgresContainer};
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::create_topic;
@@ -108,6 +110,9 @@ pub struct PipelineOptions {
     /// How the relays read the outboxes: in CDC mode both databases live on
     /// a server with wal_level=logical and each relay streams a slot.
     pub relay_mode: RelayMode,
+    /// PostgreSQL (wal_level=logical) and the broker in containers started
+    /// with testcontainers, instead of local processes.
+    pub containers: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -132,6 +137,7 @@ impl Default for PipelineOptions {
             own_postgres: false,
             retain_published: true,
             relay_mode: RelayMode::Poll,
+            containers: false,
         }
     }
 }
@@ -267,11 +273,53 @@ fn remember(seen: &DuplicatesSeen, address: &str, value: f64) {
     *entry = entry.max(value);
 }
 
+/// The broker a pipeline runs against: a tansu process of its own, or a
+/// container.
+#[derive(Debug)]
+pub enum Broker {
+    Process(PrivateBroker),
+    Container(BrokerContainer),
+}
+
+impl Broker {
+    pub fn address(&self) -> &str {
+        match self {
+            Self::Process(broker) => &broker.address,
+            Self::Container(broker) => &broker.address,
+        }
+    }
+
+    /// A graceful stop (SIGTERM).
+    pub async fn stop(&mut self) {
+        match self {
+            Self::Process(broker) => broker.stop().await,
+            Self::Container(broker) => broker.stop().await,
+        }
+    }
+
+    pub async fn kill(&mut self) {
+        match self {
+            Self::Process(broker) => broker.kill().await,
+            Self::Container(broker) => broker.kill().await,
+        }
+    }
+
+    /// Starts it again, with its data, and waits until it answers.
+    pub async fn restart(&mut self) {
+        match self {
+            Self::Process(broker) => broker.restart().await,
+            Self::Container(broker) => broker.restart().await,
+        }
+    }
+}
+
 /// One scenario's whole system.
 pub struct Pipeline {
-    pub broker: PrivateBroker,
-    /// The scenario's own cluster, when it has one (dropped last).
+    pub broker: Broker,
+    /// The scenario's own cluster, when it has one.
     pub postgres: Option<PrivatePostgres>,
+    /// The PostgreSQL container, with `containers`.
+    pub postgres_container: Option<PostgresContainer>,
     pub endpoints: Endpoints,
     _orders_db: TestDatabase,
     pub orders: PgPool,
@@ -299,26 +347,32 @@ impl std::fmt::Debug for Pipeline {
 
 impl Pipeline {
     pub async fn start(options: PipelineOptions) -> Self {
-        let broker = PrivateBroker::start().await;
-        create_topic(&broker.address, TOPIC, PARTITIONS).await;
-        create_topic(&broker.address, DLT, PARTITIONS).await;
-        create_topic(&broker.address, BACK_TOPIC, PARTITIONS).await;
-        create_topic(&broker.address, BACK_DLT, PARTITIONS).await;
+        let (broker, postgres_container) = if options.containers {
+            let (broker, postgres) =
+                tokio::join!(BrokerContainer::start(), PostgresContainer::start());
+            (Broker::Container(broker), Some(postgres))
+        } else {
+            (Broker::Process(PrivateBroker::start().await), None)
+        };
+        for topic in [TOPIC, DLT, BACK_TOPIC, BACK_DLT] {
+            create_topic(broker.address(), topic, PARTITIONS).await;
+        }
         let postgres = if options.own_postgres {
             Some(PrivatePostgres::start().await)
         } else {
             None
         };
-        let (orders_server, inventory_server) = match &postgres {
-            Some(cluster) => (cluster.url("postgres"), cluster.url("postgres")),
-            None if options.relay_mode == RelayMode::Cdc => {
+        let (orders_server, inventory_server) = match (&postgres, &postgres_container) {
+            (Some(cluster), _) => (cluster.url("postgres"), cluster.url("postgres")),
+            (None, Some(container)) => (container.url("postgres"), container.url("postgres")),
+            (None, None) if options.relay_mode == RelayMode::Cdc => {
                 let logical = server(
                     "ENTREGA_CDC_POSTGRES_URL",
                     "postgres://postgres@127.0.0.1:5433/postgres",
                 );
                 (logical.clone(), logical)
             }
-            None => (
+            (None, None) => (
                 server(
                     "ORDER_DATABASE_URL",
                     "postgres://postgres@127.0.0.1:5432/orders",
@@ -332,7 +386,7 @@ impl Pipeline {
         let orders_db = TestDatabase::create(&orders_server, "e2e_orders").await;
         let inventory_db = TestDatabase::create(&inventory_server, "e2e_inventory").await;
         let endpoints = Endpoints {
-            broker: broker.address.clone(),
+            broker: broker.address().to_owned(),
             orders_url: orders_db.url(),
             inventory_url: inventory_db.url(),
             retain_published: options.retain_published,
@@ -359,6 +413,7 @@ impl Pipeline {
         let mut pipeline = Self {
             broker,
             postgres,
+            postgres_container,
             endpoints,
             _orders_db: orders_db,
             orders,
@@ -464,6 +519,21 @@ impl Pipeline {
             .service
             .kill()
             .await;
+    }
+
+    /// The broker stopped gracefully, started again, killed and started
+    /// again, a few seconds apart: two faults, while a load runs.
+    pub async fn stop_then_kill_the_broker(&mut self) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.broker.stop().await;
+        self.faults += 1;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        self.broker.restart().await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.broker.kill().await;
+        self.faults += 1;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        self.broker.restart().await;
     }
 
     /// Sends a signal; every signal but SIGCONT counts as a fault.

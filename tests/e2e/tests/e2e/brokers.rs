@@ -10,16 +10,7 @@ async fn broker_restarts_graceful_and_killed_lose_nothing() {
     let mut pipeline = Pipeline::start(PipelineOptions::default()).await;
     let load = place_orders_in_background(&pipeline.order_service.http, 600, 4, 8);
 
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    pipeline.broker.stop().await;
-    pipeline.faults += 1;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    pipeline.broker.restart().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    pipeline.broker.kill().await;
-    pipeline.faults += 1;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    pipeline.broker.restart().await;
+    pipeline.stop_then_kill_the_broker().await;
     let placed = load.await.unwrap();
     settle(&pipeline, &placed, Duration::from_secs(180)).await;
 

@@ -104,7 +104,7 @@ async fn replaying_the_whole_topic_to_group_estoque_is_absorbed() {
         consumer.service.terminate(Duration::from_secs(60)).await,
         Some(0)
     );
-    let broker = pipeline.broker.address.clone();
+    let broker = pipeline.broker.address().to_owned();
     tokio::task::spawn_blocking(move || rewind_group(&broker))
         .await
         .unwrap();

@@ -43,7 +43,7 @@ async fn poison_of_every_class_mid_load_lands_in_the_dlt_and_is_redriven_once_fi
     let mut pipeline = Pipeline::start(PipelineOptions::default()).await;
     pipeline.set_stock("PSN-1", 10).await;
     let load = place_orders_in_background(&pipeline.order_service.http, 400, 4, 10);
-    let broker = pipeline.broker.address.clone();
+    let broker = pipeline.broker.address().to_owned();
     let order = Uuid::now_v7();
     let id = Uuid::now_v7().to_string();
     let valid = event(order, "ABC-1", 1);
