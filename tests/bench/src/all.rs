@@ -34,11 +34,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     figures.extend(p1);
 
     let rows = i64::try_from(args.rows)?;
-    let all_setups = vec![
-        relay::Setup::Poll,
-        relay::Setup::PollLogical,
-        relay::Setup::Cdc,
-    ];
+    let all_setups = <relay::Setup as clap::ValueEnum>::value_variants().to_vec();
     let (drain_rate, p2) = relay::measure(&relay::Args {
         rows,
         relay: format!("{bin}/outbox-relay"),

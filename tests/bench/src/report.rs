@@ -62,9 +62,14 @@ fn conditions() -> String {
             "show server_version",
         ],
     );
-    let logical_url = std::env::var("ENTREGA_CDC_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".to_owned());
-    let logical = command_output("psql", &[&logical_url, "-Atc", "show server_version"]);
+    let logical = command_output(
+        "psql",
+        &[
+            &crate::relay::logical_server(),
+            "-Atc",
+            "show server_version",
+        ],
+    );
     format!(
         "Run {date} at commit `{commit}`{dirty}. Machine: {cores} cores, {memory} GiB, \
          shared with other work. PostgreSQL {postgres} on 127.0.0.1:5432 with its stock settings \

@@ -445,9 +445,7 @@ impl<'a> Session<'a> {
             None => Ok(()),
         }
     }
-}
 
-impl Session<'_> {
     /// Marks or deletes `published` as the cleanup mode says, with the rows
     /// an earlier cleanup did not find yet; keeps those it does not find.
     async fn clean_up(&mut self, published: Vec<Uuid>) -> Result<(), StreamError> {
