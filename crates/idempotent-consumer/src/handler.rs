@@ -56,4 +56,7 @@ pub struct Claimed<'a, M> {
     pub id: Uuid,
     pub message: &'a M,
     pub record: &'a Record,
+    /// The record's processing span: events the message causes continue
+    /// its trace ([`service_support::telemetry::outgoing`]).
+    pub span: &'a tracing::Span,
 }

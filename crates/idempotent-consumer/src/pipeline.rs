@@ -19,13 +19,14 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use service_support::telemetry;
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 use uuid::Uuid;
 
 use super::database::Database;
@@ -75,11 +76,31 @@ enum Committed {
     Refused(InvalidMessage),
 }
 
-/// A record that parsed, with its message id.
+/// A record that parsed, with its message id and its processing span.
 struct Valid<'a, M> {
     record: &'a Record,
+    span: &'a Span,
     id: Uuid,
     message: M,
+}
+
+/// Puts how a record finished on its span: `entrega.outcome` (`applied`,
+/// `duplicate`, `dead-lettered`), the handler's effect or the DLT reason.
+fn record_outcome(span: &Span, outcome: &Outcome) {
+    match outcome {
+        Outcome::Applied(effect) => {
+            span.record("entrega.outcome", "applied");
+            span.record("entrega.effect", *effect);
+        }
+        Outcome::Duplicate => {
+            span.record("entrega.outcome", "duplicate");
+        }
+        Outcome::DeadLettered(reason) => {
+            span.record("entrega.outcome", "dead-lettered");
+            span.record("entrega.dlt.reason", reason.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+    }
 }
 
 impl<H: Handler> Pipeline<H> {
@@ -87,8 +108,12 @@ impl<H: Handler> Pipeline<H> {
     /// the outcomes of the records finished, in order: all of them, or a
     /// prefix when `cancel` stopped the work.
     pub async fn process(&self, batch: &[Record], cancel: &CancellationToken) -> Vec<Outcome> {
-        let parsed: Vec<Result<Valid<'_, H::Message>, InvalidMessage>> =
-            batch.iter().map(|record| self.parse(record)).collect();
+        let spans: Vec<Span> = batch.iter().map(Record::span).collect();
+        let parsed: Vec<Result<Valid<'_, H::Message>, InvalidMessage>> = batch
+            .iter()
+            .zip(&spans)
+            .map(|(record, span)| self.parse(record, span))
+            .collect();
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut index = 0;
         while index < batch.len() && !cancel.is_cancelled() {
@@ -101,11 +126,10 @@ impl<H: Handler> Pipeline<H> {
             };
             let done = match &parsed[index] {
                 Err(invalid) => {
-                    let record = &batch[index];
-                    let span = record.span();
-                    tracing::warn!(parent: &span, reason = invalid.reason.as_str(), detail = %invalid.detail, "invalid record");
-                    self.dead_letter(record, &Failure::invalid(invalid), cancel)
-                        .instrument(span)
+                    let span = &spans[index];
+                    tracing::warn!(parent: span, reason = invalid.reason.as_str(), detail = %invalid.detail, "invalid record");
+                    self.dead_letter(&batch[index], &Failure::invalid(invalid), cancel)
+                        .instrument(span.clone())
                         .await
                 }
                 Ok(_) => {
@@ -117,6 +141,9 @@ impl<H: Handler> Pipeline<H> {
                 }
             };
             let finished = done.len();
+            for (outcome, span) in done.iter().zip(&spans[index..]) {
+                record_outcome(span, outcome);
+            }
             self.account(&done, started.elapsed());
             outcomes.extend(done);
             if finished < end - index {
@@ -127,11 +154,16 @@ impl<H: Handler> Pipeline<H> {
         outcomes
     }
 
-    fn parse<'a>(&self, record: &'a Record) -> Result<Valid<'a, H::Message>, InvalidMessage> {
+    fn parse<'a>(
+        &self,
+        record: &'a Record,
+        span: &'a Span,
+    ) -> Result<Valid<'a, H::Message>, InvalidMessage> {
         let id = record.message_id()?;
         let message = self.handler.parse(record)?;
         Ok(Valid {
             record,
+            span,
             id,
             message,
         })
@@ -176,14 +208,14 @@ impl<H: Handler> Pipeline<H> {
             Ok(committed) => self.settle(&[valid], committed, cancel).await,
             Err(GaveUp::Cancelled) => Vec::new(),
             Err(GaveUp::Exhausted { error, attempts }) => {
-                let span = valid.record.span();
-                tracing::error!(parent: &span, attempts, error.cause_chain = ?error, error.message = %error, "retries exhausted");
+                let span = valid.span;
+                tracing::error!(parent: span, attempts, error.cause_chain = ?error, error.message = %error, "retries exhausted");
                 self.dead_letter(
                     valid.record,
                     &Failure::retries_exhausted(&error, attempts),
                     cancel,
                 )
-                .instrument(span)
+                .instrument(span.clone())
                 .await
             }
         }
@@ -204,11 +236,11 @@ impl<H: Handler> Pipeline<H> {
             match committed {
                 Committed::Finished(outcome) => outcomes.push(outcome),
                 Committed::Refused(invalid) => {
-                    let span = valid.record.span();
-                    tracing::warn!(parent: &span, reason = invalid.reason.as_str(), detail = %invalid.detail, "record refused by the handler");
+                    let span = valid.span;
+                    tracing::warn!(parent: span, reason = invalid.reason.as_str(), detail = %invalid.detail, "record refused by the handler");
                     let done = self
                         .dead_letter(valid.record, &Failure::invalid(&invalid), cancel)
-                        .instrument(span)
+                        .instrument(span.clone())
                         .await;
                     if done.is_empty() {
                         break;
@@ -226,17 +258,27 @@ impl<H: Handler> Pipeline<H> {
         cancel: &CancellationToken,
     ) -> Result<Vec<Committed>, GaveUp<sqlx::Error>> {
         let (first, last) = (run[0].record, run[run.len() - 1].record);
+        // A child of the first record's span, linked to the others': one
+        // transaction serves them all.
         let span = tracing::info_span!(
+            parent: run[0].span,
             "transaction",
             partition = first.partition,
             first_offset = first.offset,
             last_offset = last.offset,
-            records = run.len()
+            records = run.len(),
+            attempts = tracing::field::Empty,
         );
+        for valid in &run[1..] {
+            telemetry::link(&span, valid.span);
+        }
         let after_outage = AtomicBool::new(false);
-        self.retry
+        let attempts = AtomicU32::new(0);
+        let result = self
+            .retry
             .run(cancel, |attempt| {
                 let after_outage = &after_outage;
+                attempts.store(attempt, Ordering::Relaxed);
                 async move {
                     let mut failed_after_an_answer = 0;
                     loop {
@@ -277,8 +319,16 @@ impl<H: Handler> Pipeline<H> {
                     }
                 }
             })
-            .instrument(span)
-            .await
+            .instrument(span.clone())
+            .await;
+        let attempts = attempts.load(Ordering::Relaxed);
+        span.record("attempts", attempts);
+        if attempts > 1 {
+            for valid in run {
+                valid.span.record("entrega.attempts", attempts);
+            }
+        }
+        result
     }
 
     /// The transaction of `run`: dedupe rows first, then the effect.
@@ -318,6 +368,7 @@ impl<H: Handler> Pipeline<H> {
                 id: valid.id,
                 message: &valid.message,
                 record: valid.record,
+                span: valid.span,
             })
             .collect();
         let verdicts = self.handler.apply(&mut tx, &messages).await?;

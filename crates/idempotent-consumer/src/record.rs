@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use rdkafka::Timestamp;
 use rdkafka::message::{BorrowedMessage, Message};
+use service_support::telemetry::{self, TraceContext};
 use uuid::Uuid;
 
 use super::failure::{DltReason, InvalidMessage, quote};
@@ -146,16 +147,38 @@ impl Record {
         })
     }
 
+    /// The W3C trace context of the `traceparent` and `tracestate` headers,
+    /// if valid; an invalid one is ignored.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        TraceContext::parse(
+            &self.text_header("traceparent")?,
+            self.text_header("tracestate").as_deref(),
+        )
+    }
+
     /// The span of this record's processing: message id, topic, partition,
-    /// offset.
+    /// offset; for OpenTelemetry a consumer span continuing the record's
+    /// trace (a new one when it has none), with the outcome once known.
     pub fn span(&self) -> tracing::Span {
-        tracing::info_span!(
+        let span = tracing::info_span!(
+            parent: None,
             "message",
             id = self.text_header("id").as_deref().unwrap_or("-"),
             topic = %self.topic,
             partition = self.partition,
             offset = self.offset,
-        )
+            otel.name = format!("{} process", self.topic),
+            otel.kind = "consumer",
+            otel.status_code = tracing::field::Empty,
+            messaging.system = "kafka",
+            messaging.operation.type = "process",
+            entrega.outcome = tracing::field::Empty,
+            entrega.effect = tracing::field::Empty,
+            entrega.dlt.reason = tracing::field::Empty,
+            entrega.attempts = tracing::field::Empty,
+        );
+        telemetry::continue_trace(&span, self.trace_context().as_ref());
+        span
     }
 
     /// The bytes a record costs on the wire, roughly: key, value, headers.

@@ -12,14 +12,12 @@
 //! never creates it (on a fresh orders database it would run before the
 //! orders set, which creates the table its own way).
 
-mod trace_parent;
-
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-pub use trace_parent::TraceParent;
+pub use service_support::telemetry::TraceContext;
 
 /// The outbox table's migrations (`migrations/outbox`), tolerant of the
 /// service's own versions in the same history table.
@@ -53,7 +51,9 @@ pub struct OutboxMessage {
     pub aggregate_id: String,
     pub event_type: &'static str,
     pub payload: serde_json::Value,
-    pub traceparent: Option<TraceParent>,
+    /// The trace the message continues: stored as `traceparent` and as
+    /// Debezium's `tracingspancontext` (migrations/outbox/1001).
+    pub trace: Option<TraceContext>,
 }
 
 impl OutboxMessage {
@@ -63,7 +63,7 @@ impl OutboxMessage {
         aggregate_id: impl Into<String>,
         event_type: &'static str,
         payload: serde_json::Value,
-        traceparent: Option<TraceParent>,
+        trace: Option<TraceContext>,
     ) -> Self {
         Self {
             id: Uuid::now_v7(),
@@ -71,7 +71,7 @@ impl OutboxMessage {
             aggregate_id: aggregate_id.into(),
             event_type,
             payload,
-            traceparent,
+            trace,
         }
     }
 }
@@ -108,20 +108,25 @@ pub async fn insert(
     let mut types = Vec::with_capacity(messages.len());
     let mut payloads = Vec::with_capacity(messages.len());
     let mut traceparents = Vec::with_capacity(messages.len());
+    let mut span_contexts = Vec::with_capacity(messages.len());
     for message in messages {
         ids.push(message.id);
         aggregate_types.push(message.aggregate_type);
         aggregate_ids.push(message.aggregate_id.as_str());
         types.push(message.event_type);
         payloads.push(Json(&message.payload));
-        traceparents.push(message.traceparent.as_ref().map(TraceParent::as_str));
+        traceparents.push(message.trace.as_ref().map(TraceContext::traceparent));
+        span_contexts.push(message.trace.as_ref().map(TraceContext::to_properties));
     }
     // `with ordinality` and the ordered select keep `seq` in message order.
     sqlx::query(
-        "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
-         select id, aggregatetype, aggregateid, type, payload, traceparent
-         from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[])
-              with ordinality as m (id, aggregatetype, aggregateid, type, payload, traceparent, n)
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
+                             tracingspancontext)
+         select id, aggregatetype, aggregateid, type, payload, traceparent, tracingspancontext
+         from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
+                     $7::text[])
+              with ordinality as m (id, aggregatetype, aggregateid, type, payload, traceparent,
+                                    tracingspancontext, n)
          order by n",
     )
     .bind(&ids)
@@ -130,6 +135,7 @@ pub async fn insert(
     .bind(&types)
     .bind(&payloads)
     .bind(&traceparents)
+    .bind(&span_contexts)
     .execute(&mut *tx)
     .await?;
     if cleanup == Cleanup::InTransaction {

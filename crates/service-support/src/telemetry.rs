@@ -1,18 +1,143 @@
-//! Logging and tracing set-up.
+//! Logging and distributed tracing.
+//!
+//! Logs go to stdout as before. Traces are exported over OTLP/HTTP
+//! (protobuf) when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, and not at all otherwise:
+//! then no OpenTelemetry layer is installed and spans cost what they cost
+//! before. The SDK reads the other standard variables itself:
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`
+//! (+ `_ARG`), `OTEL_BSP_*`, `OTEL_EXPORTER_OTLP_HEADERS`, `_TIMEOUT`.
+//!
+//! Trace context crosses processes as W3C Trace Context only (`traceparent`,
+//! `tracestate`), whatever `OTEL_PROPAGATORS` says: it is stored on outbox
+//! rows and in Kafka headers, which other relays (Debezium) read as W3C.
 
-use tracing_subscriber::EnvFilter;
+mod context;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{SpanExporter, WithExportConfig as _};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber. `RUST_LOG` filters; `default_filter`
-/// applies without it.
-pub fn init(format: LogFormat, default_filter: &str) {
+pub use context::{TraceContext, continue_trace, link, outgoing};
+
+const ENDPOINT_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
+
+/// Why tracing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error(
+        "OTEL_EXPORTER_OTLP_PROTOCOL={0:?} is not supported: only http/protobuf (port 4318) is built in"
+    )]
+    Protocol(String),
+    #[error("cannot build the OTLP span exporter")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// Exports what is still buffered when dropped (or at [`Telemetry::shutdown`]).
+#[derive(Debug)]
+#[must_use = "dropping it at once stops the export of traces"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Whether spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Sends the spans still buffered, waiting up to the exporter's timeout.
+    pub fn shutdown(mut self) {
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            tracing::warn!(%error, "spans may be lost: the exporter did not shut down cleanly");
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Whether the environment asks for traces to be exported.
+fn endpoint_configured() -> bool {
+    ENDPOINT_VARIABLES
+        .iter()
+        .any(|name| std::env::var(name).is_ok_and(|value| !value.trim().is_empty()))
+}
+
+fn tracer_provider(service_name: &'static str) -> Result<SdkTracerProvider, TelemetryError> {
+    if let Ok(protocol) = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
+        && protocol != "http/protobuf"
+    {
+        return Err(TelemetryError::Protocol(protocol));
+    }
+    let exporter = SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .build()?;
+    let mut resource = Resource::builder();
+    // The variables win over the binary's own name.
+    let named_by_environment = std::env::var("OTEL_SERVICE_NAME").is_ok()
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES")
+            .is_ok_and(|attributes| attributes.contains("service.name="));
+    if !named_by_environment {
+        resource = resource.with_service_name(service_name);
+    }
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build())
+}
+
+/// Installs the global subscriber: logs filtered by `RUST_LOG` (or
+/// `default_filter`), and the OpenTelemetry layer when an OTLP endpoint is
+/// configured. Keep the returned guard until the process ends.
+pub fn init(
+    format: LogFormat,
+    default_filter: &str,
+    service_name: &'static str,
+) -> Result<Telemetry, TelemetryError> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // Fails only if a subscriber is already installed (tests): keep that one.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    let provider = endpoint_configured()
+        .then(|| tracer_provider(service_name))
+        .transpose()?;
+    // Spans of every level reach the exporter, whatever the log filter:
+    // the sampler decides what is kept, not RUST_LOG.
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(service_name))
+            .with_filter(EnvFilter::new("info,sqlx=off,h2=off,hyper=off,reqwest=off"))
+    });
+    let logs = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer().with_filter(filter).boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_filter(filter)
+            .boxed(),
     };
+    // Fails only if a subscriber is already installed (tests): keep that one.
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(otel)
+        .try_init();
+    Ok(Telemetry { provider })
 }

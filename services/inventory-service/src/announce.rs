@@ -6,13 +6,14 @@
 //! partition. The payload is the contract with the order service's
 //! `pedido.status` consumer (docs/inventory-service.md).
 
-use outbox::{OutboxMessage, TraceParent};
+use outbox::{OutboxMessage, TraceContext};
 use serde_json::json;
+use service_support::telemetry;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use idempotent_consumer::Record;
+use idempotent_consumer::Claimed;
 
 pub const AGGREGATE_TYPE: &str = "estoque";
 pub const EVENT_RESERVED: &str = "EstoqueReservado";
@@ -24,10 +25,10 @@ fn now() -> String {
     now.format(&Rfc3339).unwrap_or_else(|_| now.to_string())
 }
 
-/// The trace of the record that caused an event travels on with it; an
-/// invalid `traceparent` is dropped, as the W3C specification says.
-fn trace_of(record: &Record) -> Option<TraceParent> {
-    TraceParent::parse(&record.text_header("traceparent")?)
+/// An event continues the trace of the record that caused it, from that
+/// record's processing span (its headers' context when tracing is off).
+fn trace_of<M>(cause: &Claimed<'_, M>) -> Option<TraceContext> {
+    telemetry::outgoing(cause.span, cause.record.trace_context())
 }
 
 fn items_json<'a>(items: impl Iterator<Item = (&'a str, i32)>) -> serde_json::Value {
@@ -37,10 +38,10 @@ fn items_json<'a>(items: impl Iterator<Item = (&'a str, i32)>) -> serde_json::Va
 }
 
 /// Every item of the order is reserved.
-pub fn reserved<'a>(
+pub fn reserved<'a, M>(
     order_id: Uuid,
     items: impl Iterator<Item = (&'a str, i32)>,
-    cause: &Record,
+    cause: &Claimed<'_, M>,
 ) -> OutboxMessage {
     OutboxMessage::new(
         AGGREGATE_TYPE,
@@ -52,7 +53,7 @@ pub fn reserved<'a>(
 }
 
 /// Nothing is reserved, and why.
-pub fn rejected(order_id: Uuid, reason: &str, cause: &Record) -> OutboxMessage {
+pub fn rejected<M>(order_id: Uuid, reason: &str, cause: &Claimed<'_, M>) -> OutboxMessage {
     OutboxMessage::new(
         AGGREGATE_TYPE,
         order_id.to_string(),
@@ -63,10 +64,10 @@ pub fn rejected(order_id: Uuid, reason: &str, cause: &Record) -> OutboxMessage {
 }
 
 /// A cancelled order's reservation is released: its items are back in stock.
-pub fn released<'a>(
+pub fn released<'a, M>(
     order_id: Uuid,
     items: impl Iterator<Item = (&'a str, i32)>,
-    cause: &Record,
+    cause: &Claimed<'_, M>,
 ) -> OutboxMessage {
     OutboxMessage::new(
         AGGREGATE_TYPE,

@@ -121,7 +121,7 @@ pub async fn reserve(
         applied.push(match shortage {
             None => Applied::Reserved,
             Some(reason) => {
-                tracing::info!(parent: &claimed.record.span(), order.id = %order.order_id, %reason, "reservation rejected");
+                tracing::info!(parent: claimed.span, order.id = %order.order_id, %reason, "reservation rejected");
                 Applied::Rejected(reason)
             }
         });
@@ -157,9 +157,9 @@ impl Outcomes {
                     .items
                     .iter()
                     .map(|(sku, quantity)| (sku.as_str(), *quantity)),
-                claimed.record,
+                claimed,
             ),
-            Some(reason) => announce::rejected(order.order_id, reason, claimed.record),
+            Some(reason) => announce::rejected(order.order_id, reason, claimed),
         });
         self.order_ids.push(order.order_id);
         self.statuses.push(if shortage.is_none() {
@@ -276,7 +276,7 @@ pub async fn release(
             Some("RESERVED") => {
                 released.push(order_id);
                 released_by.push(claimed.id);
-                causes.push(claimed.record);
+                causes.push(claimed);
                 Cancellation::Released
             }
             Some("REJECTED") => Cancellation::NothingReserved,

@@ -11,7 +11,11 @@ use service_support::{shutdown, telemetry};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    telemetry::init(cli.common.log_format, "info,sqlx=warn,rdkafka=warn");
+    let telemetry = telemetry::init(
+        cli.common.log_format,
+        "info,sqlx=warn,rdkafka=warn",
+        "inventory-service",
+    )?;
     let kafka = startup::kafka_config(&cli.common, &[])?;
     let dlt = cli.common.dlt_topic.clone();
     match cli.command {
@@ -21,10 +25,12 @@ async fn main() -> anyhow::Result<()> {
             let application = Application::build(cli.common, cli.serve)
                 .await
                 .context("inventory service failed to start")?;
-            application
+            let stopped = application
                 .run_until_stopped(shutdown::signal())
                 .await
-                .context("inventory service stopped with an error")
+                .context("inventory service stopped with an error");
+            telemetry.shutdown();
+            stopped
         }
         Some(Command::Dlt(command)) => {
             let group = cli.common.group.clone();

@@ -49,6 +49,7 @@ impl Handler for Reserving {
                             id: m.id,
                             message: order,
                             record: m.record,
+                            span: m.span,
                         }),
                         OrderEvent::Cancelled(_) => None,
                     })
@@ -63,6 +64,7 @@ impl Handler for Reserving {
                             id: m.id,
                             message: order,
                             record: m.record,
+                            span: m.span,
                         }),
                         OrderEvent::Placed(_) => None,
                     })

@@ -1,7 +1,7 @@
 //! The order's events as outbox rows (the `outbox` crate writes them), each
 //! in the same transaction as the change it announces.
 
-use outbox::{OutboxMessage, TraceParent};
+use outbox::{OutboxMessage, TraceContext};
 use serde::Serialize;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
@@ -53,7 +53,7 @@ impl PedidoCriado {
 
 /// The outbox row announcing that `order_id` was cancelled. Same aggregate,
 /// same key: it follows the order's `PedidoCriado` on its partition.
-pub fn order_cancelled(order_id: OrderId, traceparent: Option<TraceParent>) -> OutboxMessage {
+pub fn order_cancelled(order_id: OrderId, trace: Option<TraceContext>) -> OutboxMessage {
     let now = time::OffsetDateTime::now_utc();
     OutboxMessage::new(
         AGGREGATE_TYPE_ORDER,
@@ -63,21 +63,21 @@ pub fn order_cancelled(order_id: OrderId, traceparent: Option<TraceParent>) -> O
             "pedidoId": order_id.as_uuid(),
             "canceladoEm": now.format(&Rfc3339).unwrap_or_else(|_| now.to_string()),
         }),
-        traceparent,
+        trace,
     )
 }
 
 /// The outbox row announcing `order`.
 pub fn order_created(
     order: &Order,
-    traceparent: Option<TraceParent>,
+    trace: Option<TraceContext>,
 ) -> Result<OutboxMessage, serde_json::Error> {
     Ok(OutboxMessage::new(
         AGGREGATE_TYPE_ORDER,
         order.id.to_string(),
         EVENT_ORDER_CREATED,
         serde_json::to_value(PedidoCriado::of(order))?,
-        traceparent,
+        trace,
     ))
 }
 

@@ -8,7 +8,11 @@ use service_support::{shutdown, telemetry};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut config = Config::parse();
-    telemetry::init(config.log_format, "info,sqlx=warn,tower_http=info");
+    let telemetry = telemetry::init(
+        config.log_format,
+        "info,sqlx=warn,tower_http=info",
+        "order-service",
+    )?;
     if let Some(Command::Dlt(command)) = config.command.take() {
         let options = config.status.options();
         let kafka = options
@@ -23,8 +27,10 @@ async fn main() -> anyhow::Result<()> {
     let application = Application::build(config)
         .await
         .context("order service failed to start")?;
-    application
+    let served = application
         .run_until_stopped(shutdown::signal())
         .await
-        .context("order service failed while serving")
+        .context("order service failed while serving");
+    telemetry.shutdown();
+    served
 }

@@ -6,13 +6,19 @@ use service_support::{shutdown, telemetry};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    telemetry::init(config.log_format, "info,sqlx=warn,rdkafka=warn");
+    let telemetry = telemetry::init(
+        config.log_format,
+        "info,sqlx=warn,rdkafka=warn",
+        "outbox-relay",
+    )?;
     tracing::info!(database = %config.database_url, bootstrap = %config.bootstrap_servers, "starting outbox relay");
     let application = Application::build(config)
         .await
         .context("outbox relay failed to start")?;
-    application
+    let stopped = application
         .run_until_stopped(shutdown::signal())
         .await
-        .context("outbox relay stopped with an error")
+        .context("outbox relay stopped with an error");
+    telemetry.shutdown();
+    stopped
 }

@@ -12,6 +12,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
+use service_support::telemetry;
 
 use crate::record::OutboxRow;
 
@@ -30,6 +31,39 @@ pub enum Outcome {
     /// Not handed to the producer: the leader's lease ran too short to send
     /// it safely (leadership.rs). The row stays as it was.
     Withheld,
+}
+
+/// The producer span of one row: a child of the context its writer stored
+/// (a root when there is none), closed when the broker's report arrives.
+/// Its context is what the record carries on.
+fn producer_span(row: &OutboxRow, topic: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "publish",
+        otel.name = format!("{topic} publish"),
+        otel.kind = "producer",
+        otel.status_code = tracing::field::Empty,
+        messaging.system = "kafka",
+        messaging.operation.type = "send",
+        messaging.destination.name = topic,
+        messaging.message.id = %row.id,
+        messaging.kafka.message.key = row.aggregateid.as_str(),
+        messaging.destination.partition.id = tracing::field::Empty,
+        messaging.kafka.offset = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    telemetry::continue_trace(&span, row.stored_trace().as_ref());
+    span
+}
+
+fn record_failure(span: &tracing::Span, outcome: &Outcome) {
+    let kind = match outcome {
+        Outcome::Poison(_) => "poison",
+        Outcome::Transient(_) => "transient",
+        Outcome::Published | Outcome::Withheld => return,
+    };
+    span.record("otel.status_code", "ERROR");
+    span.record("error.type", kind);
 }
 
 /// How a failed delivery is treated.
@@ -125,10 +159,21 @@ impl Publisher {
                 outcomes[i..].fill(Some(Outcome::Withheld));
                 break;
             }
-            let record = match row.to_record() {
-                Ok(record) => record,
+            let topic = match crate::record::topic_for(&row.aggregatetype) {
+                Ok(topic) => topic,
                 Err(error) => {
                     outcomes[i] = Some(Outcome::Poison(error.to_string()));
+                    continue;
+                }
+            };
+            let span = producer_span(row, &topic);
+            let trace = telemetry::outgoing(&span, row.stored_trace());
+            let record = match row.to_record(trace.as_ref()) {
+                Ok(record) => record,
+                Err(error) => {
+                    let outcome = Outcome::Poison(error.to_string());
+                    record_failure(&span, &outcome);
+                    outcomes[i] = Some(outcome);
                     continue;
                 }
             };
@@ -163,8 +208,12 @@ impl Publisher {
                 }
             };
             match delivery {
-                Ok(delivery) => pending.push((i, delivery)),
-                Err(Some(error)) => outcomes[i] = Some(classify(&error)),
+                Ok(delivery) => pending.push((i, (delivery, span))),
+                Err(Some(error)) => {
+                    let outcome = classify(&error);
+                    record_failure(&span, &outcome);
+                    outcomes[i] = Some(outcome);
+                }
                 Err(None) => {
                     outcomes[i..].fill(Some(Outcome::Withheld));
                     break;
@@ -172,15 +221,23 @@ impl Publisher {
             }
         }
         metrics::counter!("relay_records_sent_total").increment(pending.len() as u64);
-        let (indices, deliveries): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
-        for (i, report) in indices.into_iter().zip(join_all(deliveries).await) {
-            outcomes[i] = Some(match report {
-                Ok(Ok(_)) => Outcome::Published,
+        let (indices, in_flight): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
+        let (deliveries, spans): (Vec<_>, Vec<_>) = in_flight.into_iter().unzip();
+        let reports = join_all(deliveries).await;
+        for ((i, report), span) in indices.into_iter().zip(reports).zip(spans) {
+            let outcome = match report {
+                Ok(Ok(delivery)) => {
+                    span.record("messaging.destination.partition.id", delivery.partition);
+                    span.record("messaging.kafka.offset", delivery.offset);
+                    Outcome::Published
+                }
                 Ok(Err((error, _))) => classify(&error),
                 Err(_canceled) => {
                     Outcome::Transient("the producer dropped the delivery".to_owned())
                 }
-            });
+            };
+            record_failure(&span, &outcome);
+            outcomes[i] = Some(outcome);
         }
         outcomes
             .into_iter()

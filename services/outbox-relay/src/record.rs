@@ -3,6 +3,7 @@
 //! key, value bytes and headers, so consumers cannot tell the relays apart.
 
 use service_support::kafka::is_valid_topic_name;
+use service_support::telemetry::TraceContext;
 use uuid::Uuid;
 
 /// Debezium's `route.topic.replacement=${routedByValue}.eventos`.
@@ -19,6 +20,10 @@ pub struct OutboxRow {
     /// PostgreSQL's text form of the jsonb payload.
     pub payload: String,
     pub traceparent: Option<String>,
+    /// Debezium's context column: `traceparent` (and `tracestate`) as Java
+    /// Properties text. Preferred over `traceparent`, which rows written
+    /// before it carry alone.
+    pub tracingspancontext: Option<String>,
     pub seq: i64,
     pub attempts: i32,
 }
@@ -30,7 +35,8 @@ pub struct OutgoingRecord {
     pub key: Vec<u8>,
     pub value: Vec<u8>,
     /// In Debezium's order: `id`, then the additional fields as configured.
-    /// A NULL column gives a header with a null value.
+    /// A NULL column gives a header with a null value. `tracestate` follows
+    /// when the context has one.
     pub headers: Vec<(&'static str, Option<Vec<u8>>)>,
 }
 
@@ -52,7 +58,17 @@ pub fn topic_for(aggregatetype: &str) -> Result<String, RecordError> {
 }
 
 impl OutboxRow {
-    pub fn to_record(&self) -> Result<OutgoingRecord, RecordError> {
+    /// The trace context the writer stored; an invalid one is ignored.
+    pub fn stored_trace(&self) -> Option<TraceContext> {
+        self.tracingspancontext
+            .as_deref()
+            .and_then(TraceContext::from_properties)
+            .or_else(|| TraceContext::parse(self.traceparent.as_deref()?, None))
+    }
+
+    /// The record for this row, carrying `trace`: the relay's producer span
+    /// when traces are recorded, else the stored context unchanged.
+    pub fn to_record(&self, trace: Option<&TraceContext>) -> Result<OutgoingRecord, RecordError> {
         let mut headers = vec![
             ("id", Some(self.id.hyphenated().to_string().into_bytes())),
             ("eventType", Some(self.event_type.clone().into_bytes())),
@@ -61,8 +77,11 @@ impl OutboxRow {
         // with a null value; so does the relay.
         headers.push((
             "traceparent",
-            self.traceparent.clone().map(String::into_bytes),
+            trace.map(|trace| trace.traceparent().as_bytes().to_vec()),
         ));
+        if let Some(state) = trace.and_then(TraceContext::tracestate) {
+            headers.push(("tracestate", Some(state.as_bytes().to_vec())));
+        }
         Ok(OutgoingRecord {
             topic: topic_for(&self.aggregatetype)?,
             key: self.aggregateid.clone().into_bytes(),
@@ -128,6 +147,7 @@ mod tests {
             payload: r#"{"itens": [{"sku": "ABC-1", "quantidade": 2}], "clienteId": "c 42"}"#
                 .into(),
             traceparent: None,
+            tracingspancontext: None,
             seq: 1,
             attempts: 0,
         }
@@ -135,7 +155,7 @@ mod tests {
 
     #[test]
     fn a_row_becomes_the_debezium_record() {
-        let record = row().to_record().unwrap();
+        let record = row().to_record(None).unwrap();
         assert_eq!(record.topic, "pedido.eventos");
         assert_eq!(record.key, b"0190f5d2-7c1e-7000-8000-000000000001");
         assert_eq!(
@@ -152,19 +172,44 @@ mod tests {
         );
     }
 
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
     #[test]
-    fn traceparent_travels_as_a_header_when_present() {
-        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let record = OutboxRow {
-            traceparent: Some(traceparent.into()),
-            ..row()
-        }
-        .to_record()
-        .unwrap();
+    fn the_trace_travels_as_headers_when_present() {
+        let trace = TraceContext::parse(TRACEPARENT, Some("congo=t61rcWkgMzE")).unwrap();
+        let record = row().to_record(Some(&trace)).unwrap();
         assert_eq!(
-            record.headers.last(),
-            Some(&("traceparent", Some(traceparent.as_bytes().to_vec())))
+            record.headers[2..],
+            [
+                ("traceparent", Some(TRACEPARENT.as_bytes().to_vec())),
+                ("tracestate", Some(b"congo=t61rcWkgMzE".to_vec())),
+            ]
         );
+    }
+
+    #[test]
+    fn the_context_column_wins_over_the_traceparent_column() {
+        let other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let both = OutboxRow {
+            traceparent: Some(other.into()),
+            tracingspancontext: Some(format!("traceparent={TRACEPARENT}\ntracestate=a=b\n")),
+            ..row()
+        };
+        assert_eq!(
+            both.stored_trace(),
+            TraceContext::parse(TRACEPARENT, Some("a=b"))
+        );
+        let old = OutboxRow {
+            traceparent: Some(other.into()),
+            ..row()
+        };
+        assert_eq!(old.stored_trace(), TraceContext::parse(other, None));
+        let broken = OutboxRow {
+            traceparent: Some("garbage".into()),
+            tracingspancontext: Some("garbage".into()),
+            ..row()
+        };
+        assert_eq!(broken.stored_trace(), None);
     }
 
     #[test]
@@ -174,7 +219,10 @@ mod tests {
                 aggregatetype: bad.into(),
                 ..row()
             };
-            assert_eq!(row.to_record(), Err(RecordError::InvalidTopic(bad.into())));
+            assert_eq!(
+                row.to_record(None),
+                Err(RecordError::InvalidTopic(bad.into()))
+            );
         }
     }
 

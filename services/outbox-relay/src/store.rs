@@ -30,7 +30,7 @@ pub enum AfterPublish {
 pub async fn check_table(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query(
         "select id, aggregatetype, aggregateid, type, payload, created_at, seq, traceparent,
-                attempts, last_error, parked_at, published_at, next_attempt_at, deferrals
+                tracingspancontext, attempts, last_error, parked_at, published_at, next_attempt_at, deferrals
          from outbox limit 0",
     )
     .execute(pool)
@@ -67,7 +67,7 @@ static FETCH_PENDING: LazyLock<String> = LazyLock::new(|| {
     let eligible = |extra: &str, limit: &str| {
         format!(
             "(select o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
-                     o.traceparent, o.seq, o.attempts
+                     o.traceparent, o.tracingspancontext, o.seq, o.attempts
               from outbox o
               where o.published_at is null and o.parked_at is null and {extra}
                 and o.seq = (
@@ -145,8 +145,8 @@ pub async fn park_from_wal(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
-                             attempts, last_error, parked_at)
-         values ($1, $2, $3, $4, $5::jsonb, $6, 1, $7, now())
+                             tracingspancontext, attempts, last_error, parked_at)
+         values ($1, $2, $3, $4, $5::jsonb, $6, $7, 1, $8, now())
          on conflict (id) do update
          set attempts = outbox.attempts + 1, last_error = excluded.last_error, parked_at = now()",
     )
@@ -156,6 +156,7 @@ pub async fn park_from_wal(
     .bind(&row.event_type)
     .bind(&row.payload)
     .bind(&row.traceparent)
+    .bind(&row.tracingspancontext)
     .bind(error)
     .execute(conn)
     .await

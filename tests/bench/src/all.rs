@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::report::{self, Figure};
-use crate::{api, consumer, history, latency, relay};
+use crate::{api, consumer, history, latency, relay, tracing};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -80,6 +80,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         history::measure(&history::Args {
             history: args.history,
             rows: args.history_rows,
+        })
+        .await,
+    );
+
+    figures.extend(
+        tracing::measure(&tracing::Args {
+            order_service: format!("{bin}/order-service"),
+            inventory_service: format!("{bin}/inventory-service"),
+            duration: Duration::from_secs(10),
+            records: args.rows / 2,
+            rounds: 2,
         })
         .await,
     );

@@ -47,8 +47,14 @@ pub(crate) async fn orders_database(prefix: &str) -> TestDatabase {
     database
 }
 
-/// Requests per second of the release order service at `concurrency`.
-pub(crate) async fn api_rate(binary: &str, concurrency: usize, duration: Duration) -> f64 {
+/// Requests per second of the release order service at `concurrency`, with
+/// `environment` added to its own.
+pub(crate) async fn api_rate(
+    binary: &str,
+    concurrency: usize,
+    duration: Duration,
+    environment: &[(&str, String)],
+) -> f64 {
     let database = orders_database("bench_api").await;
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
@@ -66,7 +72,7 @@ pub(crate) async fn api_rate(binary: &str, concurrency: usize, duration: Duratio
             // P1 measures the API; the return path is not on its way.
             "--no-status-consumer",
         ],
-        &[("RUST_LOG", "warn".to_owned())],
+        &[&[("RUST_LOG", "warn".to_owned())], environment].concat(),
     );
     wait_ready(&address).await;
     // Warm up connections and caches.
@@ -112,7 +118,7 @@ pub(crate) async fn measure(args: &Args) -> (f64, Vec<Figure>) {
     let mut figures = Vec::new();
     let mut write_rate = 0.0;
     for concurrency in [16, 64] {
-        let api = api_rate(&args.service, concurrency, args.duration).await;
+        let api = api_rate(&args.service, concurrency, args.duration, &[]).await;
         let baseline = pgbench_rate(concurrency, args.duration).await;
         if concurrency == 16 {
             write_rate = api;

@@ -86,12 +86,17 @@ async fn fill_history(pool: &PgPool, rows: i64) {
 
 /// The service consuming `records` pre-produced events (records/s), applying
 /// up to `batch_size` records of a partition per transaction; with
-/// `history`, that many rows already in mensagem_processada (P5).
+/// `history`, that many rows already in mensagem_processada (P5). Each
+/// record carries a `traceparent`, as the relay's do, one in
+/// `sampled_one_in` with the sampled flag (the upstream sampler's decision);
+/// `environment` is added to the service's.
 pub(crate) async fn consumer_rate(
     args: &Args,
     bootstrap: &str,
     batch_size: u32,
     history: Option<i64>,
+    environment: &[(&str, String)],
+    sampled_one_in: usize,
 ) -> f64 {
     let (database, pool) = database().await;
     if let Some(rows) = history {
@@ -120,6 +125,16 @@ pub(crate) async fn consumer_rate(
         let value = serde_json::json!({"itens": itens, "criadoEm": "2026-12-02T15:00:00Z", "pedidoId": order, "clienteId": "c-1"})
             .to_string();
         let id = Uuid::now_v7().to_string();
+        let traceparent = format!(
+            "00-{}-{}-{}",
+            Uuid::new_v4().simple(),
+            &Uuid::new_v4().simple().to_string()[..16],
+            if n % sampled_one_in.max(1) == 0 {
+                "01"
+            } else {
+                "00"
+            }
+        );
         let headers = OwnedHeaders::new()
             .insert(Header {
                 key: "id",
@@ -128,6 +143,10 @@ pub(crate) async fn consumer_rate(
             .insert(Header {
                 key: "eventType",
                 value: Some("PedidoCriado"),
+            })
+            .insert(Header {
+                key: "traceparent",
+                value: Some(traceparent.as_str()),
             });
         let record = FutureRecord::to(&topic)
             .key(order.as_str())
@@ -162,10 +181,14 @@ pub(crate) async fn consumer_rate(
             &batch_size.to_string(),
             "--no-migrate",
         ],
-        &[(
-            "RUST_LOG",
-            std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".to_owned()),
-        )],
+        &[
+            &[(
+                "RUST_LOG",
+                std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )],
+            environment,
+        ]
+        .concat(),
     );
     // The clock starts at the first processed record: start-up and the group
     // join are not consumption.
@@ -229,7 +252,7 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     let sql = pgbench_rate(Duration::from_secs(10)).await;
     let mut figures = Vec::new();
     for (batch_size, kind) in [(1, "per-message"), (DEFAULT_BATCH_SIZE, "batched")] {
-        let consumer = consumer_rate(args, &bootstrap, batch_size, None).await;
+        let consumer = consumer_rate(args, &bootstrap, batch_size, None, &[], 1).await;
         let figure = Figure {
             name: format!(
                 "P3 consumer, {} records, {kind} transactions (batch {batch_size})",

@@ -72,7 +72,7 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     );
     let batch = consumer::DEFAULT_BATCH_SIZE;
     let (consumer_history, consumer_empty) = bracketed(
-        |history| consumer::consumer_rate(&consumer_args, &bootstrap, batch, Some(history)),
+        |history| consumer::consumer_rate(&consumer_args, &bootstrap, batch, Some(history), &[], 1),
         args.history,
     )
     .await;

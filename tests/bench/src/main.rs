@@ -14,6 +14,7 @@ mod load; // the load generator
 mod pgbench; // pgbench runs as baselines
 mod relay; // P2: the relay draining pre-filled rows vs a raw producer
 mod report; // a result, and the generated table
+mod tracing; // P6: P1 and P3 with tracing on vs off
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,9 @@ enum Command {
     History(history::Args),
     /// P4: latency from outbox row to reservation at 25/50/75 % of the top rate.
     Latency(latency::Args),
+    /// P6: P1 and P3 with the OTLP exporter on (sampling 100 %), beside
+    /// tracing off.
+    Tracing(tracing::Args),
     /// Place orders at a rate (or as fast as possible) for a duration, and
     /// report 2xx/4xx/5xx and latency.
     Load(load::Args),
@@ -56,5 +60,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Load(args) => load::run(args).await,
         Command::Latency(args) => latency::run(args).await,
         Command::History(args) => history::run(args).await,
+        Command::Tracing(args) => tracing::run(args).await,
     }
 }

@@ -113,6 +113,8 @@ pub struct PipelineOptions {
     /// PostgreSQL (wal_level=logical) and the broker in containers started
     /// with testcontainers, instead of local processes.
     pub containers: bool,
+    /// Environment for every service of the pipeline (an OTLP endpoint).
+    pub environment: Vec<(&'static str, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,6 +140,7 @@ impl Default for PipelineOptions {
             retain_published: true,
             relay_mode: RelayMode::Poll,
             containers: false,
+            environment: Vec::new(),
         }
     }
 }
@@ -150,6 +153,7 @@ pub struct Endpoints {
     pub inventory_url: String,
     pub retain_published: bool,
     pub relay_mode: RelayMode,
+    pub environment: Vec<(&'static str, String)>,
 }
 
 impl Endpoints {
@@ -234,7 +238,7 @@ impl Endpoints {
         };
         let args = self.args(kind, http);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut envs = envs.to_vec();
+        let mut envs = [self.environment.as_slice(), envs].concat();
         envs.push((
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
@@ -391,6 +395,7 @@ impl Pipeline {
             inventory_url: inventory_db.url(),
             retain_published: options.retain_published,
             relay_mode: options.relay_mode,
+            environment: options.environment,
         };
         let order_service = endpoints.spawn(Kind::Orders, &[]).await;
         let connect = |db: &TestDatabase| {
@@ -443,6 +448,24 @@ impl Pipeline {
             pipeline.set_stock(sku, available).await;
         }
         pipeline
+    }
+
+    /// Redrives the inventory's dead letters of `reason` with its CLI
+    /// (`inventory-service dlt redrive`), which must succeed.
+    pub async fn redrive(&self, reason: &str) {
+        let output = tokio::process::Command::new(binary("inventory-service"))
+            .args(["--database-url", &self.endpoints.inventory_url])
+            .args(["--bootstrap-servers", self.broker.address()])
+            .args(["dlt", "redrive", "--reason", reason, "--rate", "100"])
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "redrive: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     pub async fn start_consumer(&mut self) {

@@ -6,7 +6,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -44,6 +44,35 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
             );
         }
     }
+}
+
+/// Produces one record, as a foreign producer would (no idempotence, the
+/// default partitioner), and waits for its acknowledgement.
+pub async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    key: &str,
+    value: &[u8],
+    headers: &[(&str, Option<&[u8]>)],
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let headers = headers.iter().fold(OwnedHeaders::new(), |h, (key, value)| {
+        h.insert(Header { key, value: *value })
+    });
+    producer
+        .send(
+            FutureRecord::to(topic)
+                .key(key)
+                .payload(value)
+                .headers(headers),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
 }
 
 /// Hands `record` to the producer, waiting while its queue is full: for

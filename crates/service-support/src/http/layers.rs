@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
-use axum::http::{HeaderName, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use tower::ServiceBuilder;
@@ -13,6 +13,7 @@ use tower_http::trace::TraceLayer;
 
 use super::json::BODY_LIMIT;
 use super::problem::problem_response;
+use crate::telemetry::{self, TraceContext};
 
 const REQUEST_ID: &str = "x-request-id";
 
@@ -96,6 +97,38 @@ fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     internal_error("a handler panicked")
 }
 
+/// The W3C trace context a request carries, if its `traceparent` is valid.
+pub fn trace_context(headers: &HeaderMap) -> Option<TraceContext> {
+    let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    TraceContext::parse(text("traceparent")?, text("tracestate"))
+}
+
+/// The request's span: an OpenTelemetry server span named after the route
+/// template, continuing the caller's trace when it sent one.
+fn request_span(request: &Request) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let request_id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|value| value.to_str().ok());
+    let method = request.method().as_str();
+    let span = tracing::info_span!(
+        "request",
+        otel.kind = "server",
+        otel.name = format!("{method} {}", route.unwrap_or("unmatched")),
+        http.request.method = method,
+        http.route = route,
+        url.path = request.uri().path(),
+        request_id,
+        http.response.status_code = tracing::field::Empty,
+    );
+    telemetry::continue_trace(&span, trace_context(request.headers()).as_ref());
+    span
+}
+
 /// Adds problem+json fallbacks (404, 405) and the layers every request
 /// passes: request id (`x-request-id`, generated when absent, echoed back), a
 /// tracing span with method, route and request id, metrics, a panic guard,
@@ -108,11 +141,14 @@ pub fn with_common_layers(router: Router, request_timeout: Duration) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                    let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
-                    let request_id = request.headers().get(REQUEST_ID).and_then(|value| value.to_str().ok());
-                    tracing::info_span!("request", method = %request.method(), route, path = %request.uri().path(), request_id)
-                }))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(|response: &Response, latency: Duration, span: &tracing::Span| {
+                            span.record("http.response.status_code", response.status().as_u16());
+                            tracing::debug!(parent: span, latency_ms = latency.as_millis(), "response");
+                        }),
+                )
                 .layer(PropagateRequestIdLayer::new(request_id))
                 .layer(axum::middleware::from_fn(track))
                 .layer(CatchPanicLayer::custom(panicked))

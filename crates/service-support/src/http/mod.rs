@@ -11,6 +11,6 @@ mod problem; // problem documents and field errors
 
 pub use error::ApiError;
 pub use json::{BODY_LIMIT, JsonBodyError, ValidJson, json_integer};
-pub use layers::{describe_metrics, with_common_layers};
+pub use layers::{describe_metrics, trace_context, with_common_layers};
 pub use openapi::with_openapi_pages;
 pub use problem::{FieldError, PROBLEM_JSON, Problem, problem_response};

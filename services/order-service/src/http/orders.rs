@@ -14,14 +14,13 @@ use crate::events;
 use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
 use crate::orders::{self, Order, StatusChange};
 use crate::status::{self, CANCELLABLE, CANCELLED, Change, Transition};
-use outbox::TraceParent;
-use service_support::http::ApiError;
+use service_support::http::{ApiError, trace_context};
 use service_support::http::{Problem, ValidJson};
+use service_support::telemetry;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Set on a response replayed for a repeated Idempotency-Key.
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
-const TRACEPARENT: &str = "traceparent";
 
 /// An order as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -175,7 +174,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$", max_length = 255,
             description = "1 to 255 printable ASCII characters, remembered (24 h by default) with the request it came with: the same key with the same body replays the original response, with another body answers 422"),
         ("traceparent" = Option<String>, Header,
-            description = "W3C Trace Context; a valid one travels with the event to Kafka, an invalid one is ignored"),
+            description = "W3C Trace Context: the request's trace continues through the event, the relay and its consumers; an invalid one is ignored (a new trace starts when tracing is on)"),
     ),
     responses(
         (status = 201, description = "Order created, or the original response replayed", body = OrderResponse,
@@ -196,17 +195,16 @@ pub(super) async fn create_order(
     ValidJson(request): ValidJson<OrderRequest>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let traceparent = headers
-        .get(TRACEPARENT)
-        .and_then(|value| value.to_str().ok())
-        .and_then(TraceParent::parse);
+    // The event continues this request's trace (the caller's, when tracing
+    // is off here).
+    let trace = telemetry::outgoing(&tracing::Span::current(), trace_context(&headers));
     let hash = RequestHash::of(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
     let new_order = NewOrder::parse(request).map_err(ApiError::Validation)?;
 
     let mut order = Order::pending(&new_order);
     tracing::Span::current().record("order.id", tracing::field::display(order.id));
-    let message = events::order_created(&order, traceparent)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let message =
+        events::order_created(&order, trace).map_err(|e| ApiError::Internal(e.to_string()))?;
     order.announced_by(message.id);
     let response = SavedResponse {
         status: StatusCode::CREATED.as_u16(),
@@ -290,7 +288,7 @@ pub(super) async fn get_order(
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$", max_length = 255,
             description = "1 to 255 printable ASCII characters, remembered (24 h by default) with the request it came with: a repeated request with the same key replays the original response, the key used on another request answers 422"),
         ("traceparent" = Option<String>, Header,
-            description = "W3C Trace Context; a valid one travels with the event to Kafka, an invalid one is ignored"),
+            description = "W3C Trace Context: the request's trace continues through the event, the relay and its consumers; an invalid one is ignored (a new trace starts when tracing is on)"),
     ),
     responses(
         (status = 200, description = "Cancelled, or the original response replayed", body = OrderResponse,
@@ -313,14 +311,13 @@ pub(super) async fn cancel_order(
     let order_id = OrderId::parse(&id).map_err(|_| ApiError::InvalidId(id.clone()))?;
     tracing::Span::current().record("order.id", tracing::field::display(order_id));
     let key = idempotency_key(&headers)?;
-    let traceparent = headers
-        .get(TRACEPARENT)
-        .and_then(|value| value.to_str().ok())
-        .and_then(TraceParent::parse);
+    // The event continues this request's trace (the caller's, when tracing
+    // is off here).
+    let trace = telemetry::outgoing(&tracing::Span::current(), trace_context(&headers));
     // The same key on another order, or on POST /orders, is another request.
     let hash = RequestHash::of(&serde_json::json!({"cancel": order_id.to_string()}))
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let message = events::order_cancelled(order_id, traceparent);
+    let message = events::order_cancelled(order_id, trace);
 
     let mut tx = state.pool.begin().await?;
     if let Some(key) = &key {

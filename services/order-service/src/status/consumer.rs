@@ -57,7 +57,7 @@ impl Handler for StatusUpdates {
             verdicts.push(match transition(tx, &change).await? {
                 Transition::Changed => Verdict::Applied(name),
                 Transition::NotAllowed { current } => {
-                    tracing::info!(parent: &claimed.record.span(), order.id = %outcome.order_id, %current, to,
+                    tracing::info!(parent: claimed.span, order.id = %outcome.order_id, %current, to,
                         "the order has moved on: the outcome changes nothing");
                     Verdict::Applied("superseded")
                 }

@@ -19,7 +19,12 @@ fn init_logs() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         if std::env::var_os("TEST_LOG").is_some() {
-            telemetry::init(service_support::config::LogFormat::Text, "info,sqlx=warn");
+            // Tracing stays off: no OTLP endpoint in the tests' environment.
+            std::mem::forget(telemetry::init(
+                service_support::config::LogFormat::Text,
+                "info,sqlx=warn",
+                "order-service",
+            ));
         }
     });
 }

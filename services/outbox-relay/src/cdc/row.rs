@@ -24,6 +24,18 @@ fn text(row: &mut HashMap<String, Value>, column: &'static str) -> Result<String
     }
 }
 
+/// A nullable column; absent from tables that predate it.
+fn optional_text(
+    row: &mut HashMap<String, Value>,
+    column: &'static str,
+) -> Result<Option<String>, RowError> {
+    match row.remove(column) {
+        Some(Value::Text(text)) => Ok(Some(text)),
+        Some(Value::Null) | None => Ok(None),
+        Some(Value::Unchanged) => Err(RowError::Missing(column)),
+    }
+}
+
 /// The row's columns by name (see [`super::pgoutput::Relations::named`]).
 pub fn outbox_row(mut row: HashMap<String, Value>) -> Result<OutboxRow, RowError> {
     let id = text(&mut row, "id")?;
@@ -36,11 +48,8 @@ pub fn outbox_row(mut row: HashMap<String, Value>) -> Result<OutboxRow, RowError
         column: "seq",
         value: seq,
     })?;
-    let traceparent = match row.remove("traceparent") {
-        Some(Value::Text(text)) => Some(text),
-        Some(Value::Null) | None => None,
-        Some(Value::Unchanged) => return Err(RowError::Missing("traceparent")),
-    };
+    let traceparent = optional_text(&mut row, "traceparent")?;
+    let tracingspancontext = optional_text(&mut row, "tracingspancontext")?;
     Ok(OutboxRow {
         id,
         aggregatetype: text(&mut row, "aggregatetype")?,
@@ -48,6 +57,7 @@ pub fn outbox_row(mut row: HashMap<String, Value>) -> Result<OutboxRow, RowError
         event_type: text(&mut row, "type")?,
         payload: text(&mut row, "payload")?,
         traceparent,
+        tracingspancontext,
         seq,
         attempts: 0,
     })
@@ -82,7 +92,7 @@ mod tests {
         assert_eq!(row.seq, 42);
         assert_eq!(row.traceparent, None);
         assert_eq!(row.event_type, "PedidoCriado");
-        assert_eq!(row.to_record().unwrap().value, b"{\"a\":1}");
+        assert_eq!(row.to_record(None).unwrap().value, b"{\"a\":1}");
     }
 
     #[test]

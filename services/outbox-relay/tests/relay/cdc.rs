@@ -40,8 +40,10 @@ async fn rows_from_the_wal_are_the_rows_poll_mode_reads_and_make_the_same_record
 
     // Two transactions; payloads with what jsonb rewrites (spacing, key
     // order, escapes, non-ASCII), one row without a trace context.
-    let insert = "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
-                  values (gen_random_uuid(), $1, $2, $3, $4::jsonb, $5)";
+    let insert = "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
+                                      tracingspancontext)
+                  values (gen_random_uuid(), $1, $2, $3, $4::jsonb, $5,
+                          'traceparent=' || $5 || E'\\ntracestate=congo=t61rcWkgMzE\\n')";
     let mut tx = db.begin().await.unwrap();
     for (aggregate, payload, trace) in [
         (
@@ -114,7 +116,9 @@ async fn rows_from_the_wal_are_the_rows_poll_mode_reads_and_make_the_same_record
     assert_eq!(from_wal.len(), 3);
     assert_eq!(from_wal, polled, "the same rows, in the same order");
     for (wal, poll) in from_wal.iter().zip(&polled) {
-        assert_eq!(wal.to_record().unwrap(), poll.to_record().unwrap());
+        let record =
+            |row: &outbox_relay::record::OutboxRow| row.to_record(row.stored_trace().as_ref());
+        assert_eq!(record(wal).unwrap(), record(poll).unwrap());
     }
 }
 

@@ -111,8 +111,11 @@ async fn publishes_exactly_what_debezium_emits(mode: Mode) {
     let mut tx = test.pool.begin().await.unwrap();
     for case in &cases {
         sqlx::query(
-            "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent)
-             values ($1, $2, $3, $4, $5::jsonb, $6)",
+            // The context column as the services write it beside
+            // `traceparent` (Debezium reads it only with OpenTelemetry on).
+            "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
+                                 tracingspancontext)
+             values ($1, $2, $3, $4, $5::jsonb, $6, 'traceparent=' || $6 || E'\n')",
         )
         .bind(case.row.id)
         .bind(&case.row.aggregatetype)

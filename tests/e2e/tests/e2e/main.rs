@@ -14,3 +14,4 @@ mod happy_path;
 mod ops_config;
 mod poison;
 mod relays;
+mod traces;

@@ -5,31 +5,15 @@ use e2e::load::{Placed, place_orders_in_background};
 use e2e::pipeline::TOPIC;
 use e2e::report::{assert_sound, report};
 use e2e::{Pipeline, PipelineOptions};
-use rdkafka::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use uuid::Uuid;
 
 /// A record produced straight to the topic, as a bad producer would.
 async fn produce(broker: &str, key: &str, value: &str, headers: &[(&str, Option<&str>)]) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker)
-        .create()
-        .unwrap();
-    let headers = headers.iter().fold(OwnedHeaders::new(), |h, (key, value)| {
-        h.insert(Header { key, value: *value })
-    });
-    producer
-        .send(
-            FutureRecord::to(TOPIC)
-                .key(key)
-                .payload(value)
-                .headers(headers),
-            Duration::from_secs(30),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let headers: Vec<(&str, Option<&[u8]>)> = headers
+        .iter()
+        .map(|(name, value)| (*name, value.map(str::as_bytes)))
+        .collect();
+    test_support::kafka::produce(broker, TOPIC, key, value.as_bytes(), &headers).await;
 }
 
 fn event(order: Uuid, sku: &str, quantity: i32) -> String {
@@ -121,30 +105,7 @@ async fn poison_of_every_class_mid_load_lands_in_the_dlt_and_is_redriven_once_fi
     lock.rollback().await.unwrap();
 
     // The cause is fixed: redrive what failed for want of retries.
-    let output = tokio::process::Command::new(binary_path("inventory-service"))
-        .args([
-            "--database-url",
-            &pipeline.endpoints.inventory_url,
-            "--bootstrap-servers",
-            &broker,
-        ])
-        .args([
-            "dlt",
-            "redrive",
-            "--reason",
-            "retries-exhausted",
-            "--rate",
-            "100",
-        ])
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    pipeline.redrive("retries-exhausted").await;
     let placed = load.await.unwrap();
     let injected = vec![Placed {
         id: stuck_order,
@@ -187,14 +148,4 @@ async fn poison_of_every_class_mid_load_lands_in_the_dlt_and_is_redriven_once_fi
     )
     .await;
     pipeline.stop().await;
-}
-
-fn binary_path(name: &str) -> String {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join(name)
-        .display()
-        .to_string()
 }
