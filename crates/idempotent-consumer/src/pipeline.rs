@@ -151,6 +151,10 @@ impl<H: Handler> Pipeline<H> {
             }
             index = end;
         }
+        // Stopped (shutdown, rebalance, circuit): the rest is delivered again.
+        for span in &spans[outcomes.len()..] {
+            span.record("entrega.outcome", "unfinished");
+        }
         outcomes
     }
 
@@ -321,12 +325,12 @@ impl<H: Handler> Pipeline<H> {
             })
             .instrument(span.clone())
             .await;
+        // The last run a record was in decides: a batch that gave up is
+        // applied again record by record.
         let attempts = attempts.load(Ordering::Relaxed);
         span.record("attempts", attempts);
-        if attempts > 1 {
-            for valid in run {
-                valid.span.record("entrega.attempts", attempts);
-            }
+        for valid in run {
+            valid.span.record("entrega.attempts", attempts);
         }
         result
     }

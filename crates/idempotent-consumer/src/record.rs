@@ -177,7 +177,7 @@ impl Record {
             entrega.dlt.reason = tracing::field::Empty,
             entrega.attempts = tracing::field::Empty,
         );
-        telemetry::continue_trace(&span, self.trace_context().as_ref());
+        telemetry::continue_trace(&span, || self.trace_context());
         span
     }
 

@@ -24,7 +24,7 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 
 use crate::config::LogFormat;
 
-pub use context::{TraceContext, continue_trace, link, outgoing};
+pub use context::{TraceContext, continue_trace, link, outgoing, recorded, recording};
 
 const ENDPOINT_VARIABLES: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -119,8 +119,8 @@ pub fn init(
     let provider = endpoint_configured()
         .then(|| tracer_provider(service_name))
         .transpose()?;
-    // Spans of every level reach the exporter, whatever the log filter:
-    // the sampler decides what is kept, not RUST_LOG.
+    // Spans at info and above reach the exporter whatever RUST_LOG says:
+    // the sampler decides what is kept, not the log filter.
     let otel = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer(service_name))
@@ -135,9 +135,13 @@ pub fn init(
             .boxed(),
     };
     // Fails only if a subscriber is already installed (tests): keep that one.
-    let _ = tracing_subscriber::registry()
+    let installed = tracing_subscriber::registry()
         .with(logs)
         .with(otel)
-        .try_init();
+        .try_init()
+        .is_ok();
+    if installed && provider.is_some() {
+        context::start_recording();
+    }
     Ok(Telemetry { provider })
 }

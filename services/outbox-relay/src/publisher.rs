@@ -34,9 +34,10 @@ pub enum Outcome {
 }
 
 /// The producer span of one row: a child of the context its writer stored
-/// (a root when there is none), closed when the broker's report arrives.
-/// Its context is what the record carries on.
-fn producer_span(row: &OutboxRow, topic: &str) -> tracing::Span {
+/// (a root when there is none), closed once the batch's delivery reports
+/// are in. When traces are recorded, its context is what the record carries.
+fn producer_span(row: &OutboxRow) -> tracing::Span {
+    let topic = format!("{}{}", row.aggregatetype, crate::record::TOPIC_SUFFIX);
     let span = tracing::info_span!(
         parent: None,
         "publish",
@@ -45,22 +46,28 @@ fn producer_span(row: &OutboxRow, topic: &str) -> tracing::Span {
         otel.status_code = tracing::field::Empty,
         messaging.system = "kafka",
         messaging.operation.type = "send",
-        messaging.destination.name = topic,
+        messaging.destination.name = topic.as_str(),
         messaging.message.id = %row.id,
         messaging.kafka.message.key = row.aggregateid.as_str(),
         messaging.destination.partition.id = tracing::field::Empty,
         messaging.kafka.offset = tracing::field::Empty,
         error.type = tracing::field::Empty,
     );
-    telemetry::continue_trace(&span, row.stored_trace().as_ref());
+    telemetry::continue_trace(&span, || row.stored_trace());
     span
 }
 
+/// Marks a span whose record was not published: an error, or withheld
+/// (never handed to the producer; the row goes out again later).
 fn record_failure(span: &tracing::Span, outcome: &Outcome) {
     let kind = match outcome {
         Outcome::Poison(_) => "poison",
         Outcome::Transient(_) => "transient",
-        Outcome::Published | Outcome::Withheld => return,
+        Outcome::Withheld => {
+            span.record("error.type", "withheld");
+            return;
+        }
+        Outcome::Published => return,
     };
     span.record("otel.status_code", "ERROR");
     span.record("error.type", kind);
@@ -159,16 +166,8 @@ impl Publisher {
                 outcomes[i..].fill(Some(Outcome::Withheld));
                 break;
             }
-            let topic = match crate::record::topic_for(&row.aggregatetype) {
-                Ok(topic) => topic,
-                Err(error) => {
-                    outcomes[i] = Some(Outcome::Poison(error.to_string()));
-                    continue;
-                }
-            };
-            let span = producer_span(row, &topic);
-            let trace = telemetry::outgoing(&span, row.stored_trace());
-            let record = match row.to_record(trace.as_ref()) {
+            let span = producer_span(row);
+            let record = match row.to_record(telemetry::recorded(&span).as_ref()) {
                 Ok(record) => record,
                 Err(error) => {
                     let outcome = Outcome::Poison(error.to_string());
@@ -215,6 +214,7 @@ impl Publisher {
                     outcomes[i] = Some(outcome);
                 }
                 Err(None) => {
+                    record_failure(&span, &Outcome::Withheld);
                     outcomes[i..].fill(Some(Outcome::Withheld));
                     break;
                 }

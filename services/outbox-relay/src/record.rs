@@ -66,20 +66,26 @@ impl OutboxRow {
             .or_else(|| TraceContext::parse(self.traceparent.as_deref()?, None))
     }
 
-    /// The record for this row, carrying `trace`: the relay's producer span
-    /// when traces are recorded, else the stored context unchanged.
-    pub fn to_record(&self, trace: Option<&TraceContext>) -> Result<OutgoingRecord, RecordError> {
+    /// The record for this row. `producer` is the relay's producer span
+    /// when traces are recorded: the record carries its context. Without
+    /// one, the record is what Debezium without OpenTelemetry emits: the
+    /// `traceparent` column copied as it is, no `tracestate`.
+    pub fn to_record(
+        &self,
+        producer: Option<&TraceContext>,
+    ) -> Result<OutgoingRecord, RecordError> {
         let mut headers = vec![
             ("id", Some(self.id.hyphenated().to_string().into_bytes())),
             ("eventType", Some(self.event_type.clone().into_bytes())),
         ];
         // Debezium adds a configured header even when the column is NULL,
         // with a null value; so does the relay.
-        headers.push((
-            "traceparent",
-            trace.map(|trace| trace.traceparent().as_bytes().to_vec()),
-        ));
-        if let Some(state) = trace.and_then(TraceContext::tracestate) {
+        let traceparent = match producer {
+            Some(producer) => Some(producer.traceparent().to_owned()),
+            None => self.traceparent.clone(),
+        };
+        headers.push(("traceparent", traceparent.map(String::into_bytes)));
+        if let Some(state) = producer.and_then(TraceContext::tracestate) {
             headers.push(("tracestate", Some(state.as_bytes().to_vec())));
         }
         Ok(OutgoingRecord {
@@ -184,6 +190,23 @@ mod tests {
                 ("traceparent", Some(TRACEPARENT.as_bytes().to_vec())),
                 ("tracestate", Some(b"congo=t61rcWkgMzE".to_vec())),
             ]
+        );
+    }
+
+    #[test]
+    fn without_a_producer_span_the_traceparent_column_is_copied_as_debezium_does() {
+        // Valid for the column's check, not for W3C: copied all the same.
+        let odd = "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let record = OutboxRow {
+            traceparent: Some(odd.into()),
+            tracingspancontext: Some(format!("traceparent={TRACEPARENT}\ntracestate=a=b\n")),
+            ..row()
+        }
+        .to_record(None)
+        .unwrap();
+        assert_eq!(
+            record.headers[2..],
+            [("traceparent", Some(odd.as_bytes().to_vec()))]
         );
     }
 

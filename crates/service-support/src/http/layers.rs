@@ -125,7 +125,7 @@ fn request_span(request: &Request) -> tracing::Span {
         request_id,
         http.response.status_code = tracing::field::Empty,
     );
-    telemetry::continue_trace(&span, trace_context(request.headers()).as_ref());
+    telemetry::continue_trace(&span, || trace_context(request.headers()));
     span
 }
 

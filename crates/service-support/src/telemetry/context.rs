@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::TraceContextExt as _;
@@ -12,8 +13,22 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 const TRACEPARENT: &str = "traceparent";
 const TRACESTATE: &str = "tracestate";
 const TRACEPARENT_LEN: usize = 55;
-/// The specification allows 32 list members of at most 256 characters.
-const TRACESTATE_MAX: usize = 32 * 257;
+/// What the specification asks every vendor to carry at least; longer
+/// values are dropped, so that a stored context stays small.
+const TRACESTATE_MAX: usize = 512;
+
+/// Set once the OpenTelemetry layer is installed ([`super::init`]): until
+/// then spans have no OpenTelemetry context and nothing here is worth doing.
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn start_recording() {
+    RECORDING.store(true, Ordering::Relaxed);
+}
+
+/// Whether spans are recorded for export.
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
+}
 
 /// A valid W3C `traceparent` (the 55 characters `version-traceid-parentid-flags`)
 /// with its `tracestate`, if any.
@@ -148,23 +163,31 @@ fn split_property(line: &str) -> Option<(String, String)> {
     let mut key = String::new();
     let mut chars = line.chars();
     let mut escaped = false;
+    let mut ended_by_separator = false;
     for c in chars.by_ref() {
         if escaped {
             key.push(unescape(c));
             escaped = false;
         } else if c == '\\' {
             escaped = true;
-        } else if matches!(c, '=' | ':' | ' ' | '\t') {
+        } else if matches!(c, '=' | ':') {
+            ended_by_separator = true;
+            break;
+        } else if matches!(c, ' ' | '\t') {
             break;
         } else {
             key.push(c);
         }
     }
-    let rest = chars.as_str().trim_start_matches([' ', '\t']);
-    let rest = rest
-        .strip_prefix(['=', ':'])
-        .unwrap_or(rest)
-        .trim_start_matches([' ', '\t']);
+    // After `key ` one `=` or `:` may still follow; after `key=`, a second
+    // one belongs to the value.
+    let mut rest = chars.as_str().trim_start_matches([' ', '\t']);
+    if !ended_by_separator {
+        rest = rest
+            .strip_prefix(['=', ':'])
+            .unwrap_or(rest)
+            .trim_start_matches([' ', '\t']);
+    }
     let mut value = String::with_capacity(rest.len());
     let mut escaped = false;
     for c in rest.chars() {
@@ -196,26 +219,40 @@ impl fmt::Display for TraceContext {
     }
 }
 
-/// Makes `span` a child of `parent` (a request's or a record's context).
-/// Call it before the span is first entered. Without the OpenTelemetry
-/// layer (tracing off) it does nothing.
-pub fn continue_trace(span: &tracing::Span, parent: Option<&TraceContext>) {
-    if let Some(parent) = parent {
+/// Makes `span` a child of the context `parent` reads (a request's or a
+/// record's). Call it before the span is first entered. With tracing off,
+/// or a span that is not enabled, `parent` is not even called.
+pub fn continue_trace(span: &tracing::Span, parent: impl FnOnce() -> Option<TraceContext>) {
+    if !recording() || span.is_disabled() {
+        return;
+    }
+    if let Some(parent) = parent() {
         // Fails only when no OpenTelemetry layer is installed.
         let _ = span.set_parent(parent.to_otel());
     }
+}
+
+/// `span`'s own context, when traces are recorded.
+pub fn recorded(span: &tracing::Span) -> Option<TraceContext> {
+    if !recording() {
+        return None;
+    }
+    TraceContext::of_otel(&span.context())
 }
 
 /// The context to hand on from `span`: its own when traces are recorded,
 /// otherwise `incoming`, passed on unchanged so that a caller's trace still
 /// reaches the next service.
 pub fn outgoing(span: &tracing::Span, incoming: Option<TraceContext>) -> Option<TraceContext> {
-    TraceContext::of_otel(&span.context()).or(incoming)
+    recorded(span).or(incoming)
 }
 
 /// Links `span` to `other`'s trace: for work that serves several traces at
 /// once (one transaction for a batch of records).
 pub fn link(span: &tracing::Span, other: &tracing::Span) {
+    if !recording() {
+        return;
+    }
     let context = other.context();
     let other = context.span().span_context().clone();
     if other.is_valid() {
@@ -281,7 +318,7 @@ mod tests {
     fn passes_the_incoming_context_on_when_traces_are_not_recorded() {
         let incoming = TraceContext::parse(VALID, None);
         let span = tracing::info_span!("no layer");
-        continue_trace(&span, incoming.as_ref());
+        continue_trace(&span, || incoming.clone());
         assert_eq!(outgoing(&span, incoming.clone()), incoming);
     }
 
@@ -303,6 +340,16 @@ mod tests {
         assert_eq!(read.traceparent(), VALID);
         assert_eq!(read.tracestate(), Some("congo=t61rcWkgMzE"));
         assert_eq!(TraceContext::from_properties("tracestate=a=b\n"), None);
+        // As Java reads them: the first separator ends the key, a second one
+        // is the value's.
+        assert_eq!(
+            split_property("key==v"),
+            Some(("key".to_owned(), "=v".to_owned()))
+        );
+        assert_eq!(
+            split_property("key  :  v w"),
+            Some(("key".to_owned(), "v w".to_owned()))
+        );
         assert_eq!(TraceContext::from_properties("traceparent=nonsense"), None);
     }
 
