@@ -75,15 +75,23 @@ impl Drop for Telemetry {
     }
 }
 
+/// An `OTEL_*` variable's value; empty counts as unset, as the
+/// OpenTelemetry specification says.
+fn variable(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+}
+
 /// Whether the environment asks for traces to be exported.
 fn endpoint_configured() -> bool {
     ENDPOINT_VARIABLES
         .iter()
-        .any(|name| std::env::var(name).is_ok_and(|value| !value.trim().is_empty()))
+        .any(|name| variable(name).is_some())
 }
 
 fn tracer_provider(service_name: &'static str) -> Result<SdkTracerProvider, TelemetryError> {
-    if let Ok(protocol) = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if let Some(protocol) = variable("OTEL_EXPORTER_OTLP_PROTOCOL")
         && protocol != "http/protobuf"
     {
         return Err(TelemetryError::Protocol(protocol));
@@ -94,9 +102,9 @@ fn tracer_provider(service_name: &'static str) -> Result<SdkTracerProvider, Tele
         .build()?;
     let mut resource = Resource::builder();
     // The variables win over the binary's own name.
-    let named_by_environment = std::env::var("OTEL_SERVICE_NAME").is_ok()
-        || std::env::var("OTEL_RESOURCE_ATTRIBUTES")
-            .is_ok_and(|attributes| attributes.contains("service.name="));
+    let named_by_environment = variable("OTEL_SERVICE_NAME").is_some()
+        || variable("OTEL_RESOURCE_ATTRIBUTES")
+            .is_some_and(|attributes| attributes.contains("service.name="));
     if !named_by_environment {
         resource = resource.with_service_name(service_name);
     }
