@@ -6,7 +6,8 @@
 //! What a service brings:
 //! - in its database, `mensagem_processada (consumidor text, mensagem_id
 //!   uuid, primary key (consumidor, mensagem_id))`: the dedupe rows, inserted
-//!   first in the same transaction as the handler's effect;
+//!   first in the same transaction as the handler's effect; and this
+//!   library's own tables ([`migrator`]: the redrive audit);
 //! - a [`Handler`]: its `consumer_name`, `parse` (a [`Record`] to a message,
 //!   or an [`InvalidMessage`] with its [`DltReason`]) and `apply` (the
 //!   [`Claimed`] messages, inside the transaction it is handed, each judged
@@ -65,6 +66,8 @@ pub mod topics; // start-up checks of the topic and its DLT; topic retention
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use sqlx::migrate::Migrator;
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::Consumer;
@@ -180,4 +183,13 @@ pub async fn run<H: Handler>(
     shutdown.cancel();
     let _ = probe.await;
     result
+}
+
+/// This library's tables (`migrations/consumer`: the redrive audit), for a
+/// service to apply after its own set; tolerant of the other sets' versions
+/// in the database's one history table.
+pub fn migrator() -> Migrator {
+    let mut migrator = sqlx::migrate!("../../migrations/consumer");
+    migrator.set_ignore_missing(true);
+    migrator
 }

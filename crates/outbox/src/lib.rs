@@ -12,6 +12,8 @@
 //! never creates it (on a fresh orders database it would run before the
 //! orders set, which creates the table its own way).
 
+use std::time::Duration;
+
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
@@ -145,4 +147,46 @@ pub async fn insert(
             .await?;
     }
     Ok(())
+}
+
+/// The lock the built-in relays of one database elect their leader with
+/// (a session advisory lock; `outbox-relay --lock-key`): "entrega" in ASCII.
+pub const RELAY_LOCK_KEY: i64 = 0x0065_6e74_7265_6761;
+
+/// The outbox table's backlog, as the relay's metrics and the console's
+/// health page report it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    pub pending: i64,
+    pub oldest_pending_age: Duration,
+    pub parked: i64,
+    /// Unpublished rows behind a parked row of their aggregate.
+    pub held: i64,
+}
+
+/// Reads the backlog; cheap while the backlog is small (partial indexes).
+pub async fn backlog(pool: &PgPool) -> Result<Backlog, sqlx::Error> {
+    // Both counts use the partial indexes; the parked count is usually 0.
+    // The held count starts from the parked rows (usually none).
+    let (pending, oldest_age_seconds, parked, held): (i64, Option<f64>, i64, i64) = sqlx::query_as(
+        "select (select count(*) from outbox where published_at is null and parked_at is null),
+                (select extract(epoch from now() - min(created_at))::float8
+                   from outbox where published_at is null and parked_at is null),
+                (select count(*) from outbox where parked_at is not null),
+                (select count(distinct o.id)
+                   from outbox p
+                   join outbox o on o.aggregatetype = p.aggregatetype
+                                and o.aggregateid = p.aggregateid
+                                and o.seq > p.seq
+                                and o.published_at is null and o.parked_at is null
+                  where p.parked_at is not null and p.published_at is null)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Backlog {
+        pending,
+        oldest_pending_age: Duration::from_secs_f64(oldest_age_seconds.unwrap_or(0.0).max(0.0)),
+        parked,
+        held,
+    })
 }

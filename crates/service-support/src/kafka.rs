@@ -182,6 +182,41 @@ pub fn is_valid_topic_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// Kafka's Java client hash of a key (`Utils.murmur2`), which the default
+/// partitioner, Kafka Connect and so Debezium use.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len();
+    let mut h: u32 = SEED ^ u32::try_from(length).unwrap_or(u32::MAX);
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        for (i, byte) in tail.iter().enumerate().rev() {
+            h ^= u32::from(*byte) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition the Java client (and Debezium) picks for `key`.
+pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    (murmur2(key) & 0x7fff_ffff) % partitions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,7 +34,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Dlt(command)) => {
             let group = cli.common.group.clone();
-            if !tools::run(command, kafka, dlt, &group).await? {
+            let database = cli.common.database_url.options.clone();
+            if !tools::run(command, kafka, dlt, &group, database).await? {
                 std::process::exit(1);
             }
             Ok(())

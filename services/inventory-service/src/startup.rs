@@ -78,9 +78,11 @@ pub fn kafka_config(
     service_support::kafka::client_config(&common.bootstrap_servers, &settings)
 }
 
-/// The inventory database's migrations, then the outbox table's.
-pub fn migrations() -> [Migrator; 2] {
-    outbox::with_outbox(sqlx::migrate!("../../migrations/inventory"))
+/// The inventory database's migrations, then the outbox table's and the
+/// consumer library's.
+pub fn migrations() -> [Migrator; 3] {
+    let [own, outbox] = outbox::with_outbox(sqlx::migrate!("../../migrations/inventory"));
+    [own, outbox, idempotent_consumer::migrator()]
 }
 
 #[derive(Debug)]

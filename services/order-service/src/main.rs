@@ -18,7 +18,8 @@ async fn main() -> anyhow::Result<()> {
         let kafka = options
             .kafka_config(&[])
             .context("invalid Kafka configuration")?;
-        if !tools::run(command, kafka, options.dlt_topic, &options.group).await? {
+        let database = config.database_url.options.clone();
+        if !tools::run(command, kafka, options.dlt_topic, &options.group, database).await? {
             std::process::exit(1);
         }
         return Ok(());

@@ -50,9 +50,11 @@ const CIRCUIT_WINDOW: usize = 100;
 const CIRCUIT_MAX_DLT_SHARE: f64 = 0.5;
 const CIRCUIT_MIN_RECORDS: usize = 20;
 
-/// The orders database's migrations, then the outbox table's.
-pub fn migrations() -> [Migrator; 2] {
-    outbox::with_outbox(sqlx::migrate!("../../migrations/orders"))
+/// The orders database's migrations, then the outbox table's and the
+/// consumer library's.
+pub fn migrations() -> [Migrator; 3] {
+    let [own, outbox] = outbox::with_outbox(sqlx::migrate!("../../migrations/orders"));
+    [own, outbox, idempotent_consumer::migrator()]
 }
 
 /// How often expired idempotency keys are purged.

@@ -68,6 +68,18 @@ pub struct Config {
     #[arg(long, env = "RELAY_RETAIN_PUBLISHED", value_parser = parse_positive_duration)]
     pub retain_published: Option<Duration>,
 
+    /// Append each published row's delivery (topic, partition, offset) to
+    /// `outbox_delivery`, in the statement that deletes or marks the batch:
+    /// what `entrega journey` reads once the row is gone.
+    #[arg(long, env = "RELAY_DELIVERY_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub delivery_log: bool,
+
+    /// How long the delivery log (`outbox_delivery`: where each published
+    /// row went, for `entrega journey`) keeps an entry.
+    #[arg(long, env = "RELAY_DELIVERY_LOG_RETENTION", default_value = "7d",
+          value_parser = parse_positive_duration)]
+    pub delivery_log_retention: Duration,
+
     /// CDC mode: the logical replication slot (pgoutput) the relay streams;
     /// created when missing. One per database and relay group.
     #[arg(long, env = "RELAY_CDC_SLOT", default_value = "entrega_outbox", value_parser = parse_identifier)]

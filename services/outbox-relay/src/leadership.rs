@@ -42,7 +42,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 /// The default lock key: "entrega" in ASCII.
-pub const DEFAULT_LOCK_KEY: i64 = 0x0065_6e74_7265_6761;
+pub const DEFAULT_LOCK_KEY: i64 = outbox::RELAY_LOCK_KEY;
 
 /// The lease left unused between the deadline of the leader's last record
 /// and the earliest moment a standby may depose it: it absorbs librdkafka's

@@ -19,8 +19,8 @@ use crate::record::OutboxRow;
 /// What happened to one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The broker acknowledged it.
-    Published,
+    /// The broker acknowledged it, at this position.
+    Published { partition: i32, offset: i64 },
     /// It failed because of itself (too large, an invalid topic name): it
     /// will fail again, so it counts toward parking.
     Poison(String),
@@ -67,7 +67,7 @@ fn record_failure(span: &tracing::Span, outcome: &Outcome) {
             span.record("error.type", "withheld");
             return;
         }
-        Outcome::Published => return,
+        Outcome::Published { .. } => return,
     };
     span.record("otel.status_code", "ERROR");
     span.record("error.type", kind);
@@ -229,7 +229,10 @@ impl Publisher {
                 Ok(Ok(delivery)) => {
                     span.record("messaging.destination.partition.id", delivery.partition);
                     span.record("messaging.kafka.offset", delivery.offset);
-                    Outcome::Published
+                    Outcome::Published {
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                    }
                 }
                 Ok(Err((error, _))) => classify(&error),
                 Err(_canceled) => {

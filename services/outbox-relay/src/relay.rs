@@ -7,11 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::leadership::{Election, Leader, LeadershipError};
 use crate::publisher::{Outcome, Publisher};
-use crate::store::{self, AfterPublish};
+use crate::store::{self, AfterPublish, Delivery, DeliveryLog};
 
 /// What the loop needs to know.
 #[derive(Debug, Clone)]
@@ -20,6 +19,7 @@ pub struct RelaySettings {
     pub batch_size: i64,
     pub max_attempts: i32,
     pub after_publish: AfterPublish,
+    pub delivery_log: DeliveryLog,
     /// Longest sleep between reads when there is nothing to publish.
     pub idle_poll_interval: Duration,
     /// How often a standby tries to become the leader.
@@ -181,22 +181,24 @@ async fn publish_batch(
     metrics::histogram!("relay_batch_publish_duration_seconds")
         .record(started.elapsed().as_secs_f64());
 
-    let mut published: Vec<Uuid> = Vec::with_capacity(rows.len());
+    let mut published: Vec<Delivery> = Vec::with_capacity(rows.len());
     let mut poison = Vec::new();
     let mut transient = Vec::new();
     let mut withheld = 0_usize;
     for (row, outcome) in rows.iter().zip(outcomes) {
         match outcome {
-            Outcome::Published => published.push(row.id),
+            Outcome::Published { partition, offset } => {
+                published.push(Delivery::of(row, partition, offset));
+            }
             Outcome::Poison(error) => poison.push((row.id, error)),
             Outcome::Transient(error) => transient.push((row.id, error)),
             Outcome::Withheld => withheld += 1,
         }
     }
     if !published.is_empty() {
-        let after_publish = settings.after_publish;
+        let (after_publish, log) = (settings.after_publish, settings.delivery_log);
         leader
-            .run(async |conn| store::mark_published(conn, &published, after_publish).await)
+            .run(async |conn| store::mark_published(conn, &published, after_publish, log).await)
             .await?;
     }
     metrics::counter!("outbox_published_total").increment(published.len() as u64);

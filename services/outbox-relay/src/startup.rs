@@ -19,7 +19,7 @@ use crate::http::{self, HttpState};
 use crate::leadership::Election;
 use crate::publisher::{self, Publisher};
 use crate::relay::{self, Backoff, RelaySettings, RelayStatus};
-use crate::store::{self, AfterPublish};
+use crate::store::{self, AfterPublish, DeliveryLog};
 use crate::topics::{self, TopicError};
 
 /// How often the backlog gauges are refreshed.
@@ -41,7 +41,7 @@ pub enum StartupError {
     /// The relay creates no table: the service that writes the outbox owns
     /// it (it applies migrations/outbox at start-up, after its own set).
     #[error(
-        "{url} has no outbox table with the columns the relay needs: start the service that \
+        "{url} has no outbox table (or delivery log) the relay can use: start the service that \
          writes it first (it applies migrations/outbox), or apply them by hand"
     )]
     NoOutbox {
@@ -92,7 +92,7 @@ impl Application {
                 url: config.database_url.to_string(),
                 source,
             })?;
-        store::check_table(&pool)
+        store::check_table(&pool, delivery_log(&config))
             .await
             .map_err(|source| StartupError::NoOutbox {
                 url: config.database_url.to_string(),
@@ -165,21 +165,32 @@ impl Application {
             watched_slot,
             token.clone(),
         ));
-        let purger = self.config.retain_published.map(|retention| {
-            tokio::spawn(purge_published(self.pool.clone(), retention, token.clone()))
-        });
+        let purger = tokio::spawn(purge(
+            self.pool.clone(),
+            self.config.retain_published,
+            self.config.delivery_log_retention,
+            token.clone(),
+        ));
 
         let after_publish = match self.config.outbox_cleanup {
             Cleanup::RelayDeletes => Some(AfterPublish::Delete),
             Cleanup::Retain => Some(AfterPublish::Retain),
             Cleanup::DeleteInTransaction => None,
         };
+        let delivery_log = delivery_log(&self.config);
         let mut outcome = Ok(());
         match self.config.mode {
             Mode::Poll => {
                 let settings = RelaySettings {
                     election: Election {
-                        database: self.config.database_url.options.clone(),
+                        // Named, so that operators (and `entrega health`)
+                        // can tell the leader's session in pg_stat_activity.
+                        database: self
+                            .config
+                            .database_url
+                            .options
+                            .clone()
+                            .application_name("outbox-relay"),
                         lock_key: self.config.lock_key,
                         lease: self.config.lease,
                     },
@@ -187,6 +198,7 @@ impl Application {
                     max_attempts: self.config.max_attempts,
                     // validate() refuses poll mode without rows to poll.
                     after_publish: after_publish.unwrap_or(AfterPublish::Delete),
+                    delivery_log,
                     idle_poll_interval: self.config.poll_interval,
                     failover_interval: self.config.failover_interval,
                     max_backoff: self.config.max_backoff,
@@ -200,6 +212,7 @@ impl Application {
                     slot: self.config.cdc_slot.clone(),
                     batch_size: usize::try_from(self.config.batch_size).unwrap_or(1),
                     after_publish,
+                    delivery_log,
                     failover_interval: self.config.failover_interval,
                     max_backoff: self.config.max_backoff,
                     delivery_timeout: self.config.delivery_timeout,
@@ -219,9 +232,7 @@ impl Application {
 
         token.cancel();
         let _ = sampler.await;
-        if let Some(purger) = purger {
-            let _ = purger.await;
-        }
+        let _ = purger.await;
         let _ = http.await;
         self.pool.close().await;
         outcome
@@ -321,19 +332,45 @@ async fn sample_slot(pool: &PgPool, slot: &str) {
     }
 }
 
-async fn purge_published(pool: PgPool, retention: Duration, token: CancellationToken) {
+fn delivery_log(config: &Config) -> DeliveryLog {
+    if config.delivery_log {
+        DeliveryLog::On
+    } else {
+        DeliveryLog::Off
+    }
+}
+
+/// Purges, every [`PURGE_INTERVAL`], the retained rows (with
+/// --retain-published) and the delivery log past their retention.
+async fn purge(
+    pool: PgPool,
+    retain_published: Option<Duration>,
+    delivery_log_retention: Duration,
+    token: CancellationToken,
+) {
     let mut interval = tokio::time::interval(PURGE_INTERVAL);
     loop {
         tokio::select! {
             _ = interval.tick() => {}
             () = token.cancelled() => return,
         }
-        match store::purge_published(&pool, retention, PURGE_BATCH).await {
-            Ok(0) => {}
-            Ok(purged) => tracing::info!(purged, "purged retained outbox rows"),
-            Err(error) => {
-                tracing::warn!(error.message = %error, "purging retained outbox rows failed")
-            }
+        if let Some(retention) = retain_published {
+            report_purge(
+                "retained outbox rows",
+                store::purge_published(&pool, retention, PURGE_BATCH).await,
+            );
         }
+        report_purge(
+            "delivery log entries",
+            store::purge_deliveries(&pool, delivery_log_retention, PURGE_BATCH).await,
+        );
+    }
+}
+
+fn report_purge(what: &str, result: Result<u64, sqlx::Error>) {
+    match result {
+        Ok(0) => {}
+        Ok(purged) => tracing::info!(purged, "purged {what}"),
+        Err(error) => tracing::warn!(error.message = %error, "purging {what} failed"),
     }
 }

@@ -27,15 +27,31 @@ pub enum AfterPublish {
 }
 
 /// Fails unless the outbox table has every column the relay reads or writes.
-pub async fn check_table(pool: &PgPool) -> Result<(), sqlx::Error> {
+pub async fn check_table(pool: &PgPool, log: DeliveryLog) -> Result<(), sqlx::Error> {
     sqlx::query(
         "select id, aggregatetype, aggregateid, type, payload, created_at, seq, traceparent,
                 tracingspancontext, attempts, last_error, parked_at, published_at, next_attempt_at, deferrals
          from outbox limit 0",
     )
     .execute(pool)
-    .await
-    .map(drop)
+    .await?;
+    if log == DeliveryLog::Off {
+        return Ok(());
+    }
+    // The log is written in the statement that marks a batch: a relay that
+    // could not write it would fail every mark after the broker's ack.
+    let writable: bool = sqlx::query_scalar(
+        "select coalesce(has_table_privilege(to_regclass('outbox_delivery'), 'INSERT'), false)",
+    )
+    .fetch_one(pool)
+    .await?;
+    if writable {
+        Ok(())
+    } else {
+        Err(sqlx::Error::Protocol(
+            "outbox_delivery is missing or not writable by this role: start the service that owns the outbox (it migrates), grant INSERT, or run with --delivery-log false".to_owned(),
+        ))
+    }
 }
 
 /// The oldest rows that may be sent now, in insert order: not parked, the
@@ -85,27 +101,104 @@ static FETCH_PENDING: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Records a batch as published, in one statement. Returns the ids it
-/// found: in CDC mode a row can be published before its commit is visible
-/// to this statement (the caller retries those).
+/// Whether published rows' deliveries are appended to `outbox_delivery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryLog {
+    On,
+    Off,
+}
+
+/// Where the broker put a published row, from its delivery report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub id: Uuid,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl Delivery {
+    pub fn of(row: &OutboxRow, partition: i32, offset: i64) -> Self {
+        Self {
+            id: row.id,
+            topic: format!("{}{}", row.aggregatetype, crate::record::TOPIC_SUFFIX),
+            partition,
+            offset,
+        }
+    }
+}
+
+/// Records a batch as published, in one statement that also appends each
+/// row's delivery to `outbox_delivery` (what `entrega journey` reads once
+/// the row is gone). Returns the ids it found: in CDC mode a row can be
+/// published before its commit is visible to this statement (the caller
+/// retries those).
 pub async fn mark_published(
     conn: &mut PgConnection,
-    ids: &[Uuid],
+    deliveries: &[Delivery],
     after: AfterPublish,
+    log: DeliveryLog,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    if ids.is_empty() {
+    if deliveries.is_empty() {
         return Ok(Vec::new());
     }
-    let statement = match after {
-        AfterPublish::Delete => "delete from outbox where id = any($1) returning id",
-        AfterPublish::Retain => {
-            "update outbox set published_at = now() where id = any($1) returning id"
+    let ids: Vec<Uuid> = deliveries.iter().map(|d| d.id).collect();
+    let topics: Vec<&str> = deliveries.iter().map(|d| d.topic.as_str()).collect();
+    let partitions: Vec<i32> = deliveries.iter().map(|d| d.partition).collect();
+    let offsets: Vec<i64> = deliveries.iter().map(|d| d.offset).collect();
+    let query = match (after, log) {
+        (AfterPublish::Delete, DeliveryLog::On) => sqlx::query_scalar(&MARK_DELETE),
+        (AfterPublish::Retain, DeliveryLog::On) => sqlx::query_scalar(&MARK_RETAIN),
+        (AfterPublish::Delete, DeliveryLog::Off) => {
+            return sqlx::query_scalar("delete from outbox where id = any($1) returning id")
+                .bind(&ids)
+                .fetch_all(conn)
+                .await;
+        }
+        (AfterPublish::Retain, DeliveryLog::Off) => {
+            return sqlx::query_scalar(
+                "update outbox set published_at = coalesce(published_at, now())
+                 where id = any($1) returning id",
+            )
+            .bind(&ids)
+            .fetch_all(conn)
+            .await;
         }
     };
-    sqlx::query_scalar(statement)
-        .bind(ids)
+    query
+        .bind(&ids)
+        .bind(&topics)
+        .bind(&partitions)
+        .bind(&offsets)
         .fetch_all(conn)
         .await
+}
+
+static MARK_DELETE: LazyLock<String> =
+    LazyLock::new(|| mark("delete from outbox o where o.id = any($1)"));
+static MARK_RETAIN: LazyLock<String> = LazyLock::new(|| {
+    // A row published again (a session that ended before its mark) is
+    // found, and its second delivery logged.
+    mark("update outbox o set published_at = coalesce(o.published_at, now()) where o.id = any($1)")
+});
+
+/// `change` (a delete or an update of the published rows) and the append
+/// of their deliveries: a data-modifying CTE, so one round trip.
+fn mark(change: &str) -> String {
+    format!(
+        "with published as (
+             {change}
+             returning o.id, o.aggregatetype, o.aggregateid, o.type, o.created_at),
+         logged as (
+             insert into outbox_delivery
+                 (id, aggregatetype, aggregateid, type, written_at, topic, partition, \"offset\")
+             select p.id, p.aggregatetype, p.aggregateid, p.type, p.created_at,
+                    d.topic, d.partition, d.offset
+             from published p
+             join unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[])
+                 as d (id, topic, partition, \"offset\") using (id))
+         select id from published"
+    )
 }
 
 /// Counts one failed attempt caused by each row itself, records its error,
@@ -191,40 +284,22 @@ pub async fn record_transient(
     Ok(())
 }
 
-/// What the metrics report about the table.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backlog {
-    pub pending: i64,
-    pub oldest_pending_age: Duration,
-    pub parked: i64,
-    /// Unpublished rows behind a parked row of their aggregate.
-    pub held: i64,
-}
+pub use outbox::{Backlog, backlog};
 
-pub async fn backlog(pool: &PgPool) -> Result<Backlog, sqlx::Error> {
-    // Both counts use the partial indexes; the parked count is usually 0.
-    // The held count starts from the parked rows (usually none).
-    let (pending, oldest_age_seconds, parked, held): (i64, Option<f64>, i64, i64) = sqlx::query_as(
-        "select (select count(*) from outbox where published_at is null and parked_at is null),
-                (select extract(epoch from now() - min(created_at))::float8
-                   from outbox where published_at is null and parked_at is null),
-                (select count(*) from outbox where parked_at is not null),
-                (select count(distinct o.id)
-                   from outbox p
-                   join outbox o on o.aggregatetype = p.aggregatetype
-                                and o.aggregateid = p.aggregateid
-                                and o.seq > p.seq
-                                and o.published_at is null and o.parked_at is null
-                  where p.parked_at is not null and p.published_at is null)",
+/// Deletes deliveries recorded before `older_than`, `batch` at a time.
+pub async fn purge_deliveries(
+    pool: &PgPool,
+    older_than: Duration,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    purge(
+        pool,
+        "delete from outbox_delivery where ctid = any(array(
+             select ctid from outbox_delivery where published_at < now() - $1 limit $2))",
+        older_than,
+        batch,
     )
-    .fetch_one(pool)
-    .await?;
-    Ok(Backlog {
-        pending,
-        oldest_pending_age: Duration::from_secs_f64(oldest_age_seconds.unwrap_or(0.0).max(0.0)),
-        parked,
-        held,
-    })
+    .await
 }
 
 /// Deletes retained rows published before `older_than`, `batch` at a time,
@@ -234,20 +309,33 @@ pub async fn purge_published(
     older_than: Duration,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
+    purge(
+        pool,
+        "delete from outbox where id in (
+             select id from outbox
+             where published_at < now() - $1
+             limit $2)",
+        older_than,
+        batch,
+    )
+    .await
+}
+
+async fn purge(
+    pool: &PgPool,
+    statement: &str,
+    older_than: Duration,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
     let older_than = time::Duration::try_from(older_than).unwrap_or(time::Duration::MAX);
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(
-            "delete from outbox where id in (
-                 select id from outbox
-                 where published_at < now() - $1
-                 limit $2)",
-        )
-        .bind(older_than)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected();
+        let deleted = sqlx::query(statement)
+            .bind(older_than)
+            .bind(batch)
+            .execute(pool)
+            .await?
+            .rows_affected();
         total += deleted;
         if deleted < u64::try_from(batch).unwrap_or(0) {
             return Ok(total);

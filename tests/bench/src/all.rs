@@ -64,7 +64,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
 
     // The modes side by side where the consumer does not hide them behind
     // the broker's 500 ms fetch wait.
-    for (fetch_wait_max_ms, setups) in [(None, vec![relay::Setup::Poll]), (Some(20), all_setups)] {
+    // (The delivery log's cost is P2's question only.)
+    let latency_setups: Vec<relay::Setup> = all_setups
+        .into_iter()
+        .filter(|setup| *setup != relay::Setup::PollNoDeliveryLog)
+        .collect();
+    for (fetch_wait_max_ms, setups) in
+        [(None, vec![relay::Setup::Poll]), (Some(20), latency_setups)]
+    {
         figures.extend(
             latency::measure(&latency::Args {
                 duration: Duration::from_secs(15),

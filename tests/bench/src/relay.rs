@@ -39,6 +39,9 @@ pub(crate) enum Setup {
     PollLogical,
     /// CDC mode on the logical server (`wal_level=logical`).
     Cdc,
+    /// Poll mode without the delivery log (`--delivery-log false`): what
+    /// `entrega journey`'s record of each publish costs.
+    PollNoDeliveryLog,
 }
 
 impl Setup {
@@ -47,13 +50,14 @@ impl Setup {
             Self::Poll => "poll mode",
             Self::PollLogical => "poll mode on the logical server",
             Self::Cdc => "CDC mode on the logical server",
+            Self::PollNoDeliveryLog => "poll mode without the delivery log",
         }
     }
 
     /// The server the orders database goes on.
     pub(crate) fn server(self) -> String {
         match self {
-            Self::Poll => orders_server(),
+            Self::Poll | Self::PollNoDeliveryLog => orders_server(),
             Self::PollLogical | Self::Cdc => logical_server(),
         }
     }
@@ -62,6 +66,7 @@ impl Setup {
     pub(crate) fn relay_args(self, slot: &str) -> Vec<String> {
         match self {
             Self::Poll | Self::PollLogical => Vec::new(),
+            Self::PollNoDeliveryLog => ["--delivery-log", "false"].map(str::to_owned).to_vec(),
             Self::Cdc => ["--mode", "cdc", "--cdc-slot", slot]
                 .map(str::to_owned)
                 .to_vec(),

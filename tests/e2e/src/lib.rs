@@ -9,6 +9,7 @@
 // A failed step of a scenario is a failed test, with its message.
 #![allow(clippy::unwrap_used)]
 
+pub mod console; // the operations console (entrega) and the scenes its tests look at
 pub mod containers; // PostgreSQL and the broker in containers (testcontainers)
 pub mod invariants; // what must hold at the end of every scenario
 pub mod load; // placing orders through the order service's API

@@ -25,7 +25,7 @@ pub const PARTITIONS: i32 = 6;
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// The service binaries built next to this test (`cargo build --workspace`).
-fn binary(name: &str) -> String {
+pub fn binary(name: &str) -> String {
     let exe = std::env::current_exe().expect("the test's own path");
     // target/<profile>/deps/e2e-<hash> -> target/<profile>/<name>
     let path: PathBuf = exe

@@ -37,6 +37,9 @@ pub struct DltFilter {
     /// Only this offset (with --partition).
     #[arg(long, requires = "partition")]
     pub offset: Option<i64>,
+    /// Only records with this key (the aggregate's id).
+    #[arg(long)]
+    pub key: Option<String>,
     /// Only records dead-lettered at or after this time (RFC 3339, or a
     /// duration ago such as 2h).
     #[arg(long, value_parser = parse_time)]
@@ -56,6 +59,10 @@ pub struct RedriveArgs {
     /// Records per second at most.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rate: u32,
+    /// Who redrives, as the audit (`dlt_redrive`) records it. Default: the
+    /// login name.
+    #[arg(long, env = "DLT_OPERATOR")]
+    pub operator: Option<String>,
     /// The redrive's own consumer group on the DLT: its committed offsets
     /// mark what was redriven. Default: the service's group + `.redrive`.
     #[arg(long)]

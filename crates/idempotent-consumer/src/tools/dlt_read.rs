@@ -136,13 +136,17 @@ pub fn dead_lettered_at(record: &Record) -> Option<OffsetDateTime> {
 }
 
 /// Whether `record` passes `filter`.
-pub(super) fn matches(filter: &DltFilter, record: &Record) -> bool {
+pub fn matches(filter: &DltFilter, record: &Record) -> bool {
     let info = DltInfo::of(record);
     let at = dead_lettered_at(record);
     filter
         .reason
         .is_none_or(|reason| info.reason.as_deref() == Some(reason.as_str()))
         && filter.partition.is_none_or(|p| p == record.partition)
+        && filter
+            .key
+            .as_deref()
+            .is_none_or(|key| record.key.as_deref() == Some(key.as_bytes()))
         && filter.offset.is_none_or(|o| o == record.offset)
         && filter
             .since

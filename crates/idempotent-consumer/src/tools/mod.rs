@@ -3,6 +3,7 @@
 //! prints it. A service mounts [`DltCommand`] as its `dlt` subcommand and
 //! hands it to [`run`].
 
+pub mod audit; // the redrive audit: who redrove what, when, to where
 mod cli; // the subcommand and its arguments
 mod dlt_read; // reading the DLT from its low watermark up to its current end
 mod list; // dlt list and dlt show
@@ -10,9 +11,11 @@ pub mod present; // the tools' output: the only place that prints
 mod redrive; // dlt redrive
 
 use rdkafka::ClientConfig;
+use sqlx::postgres::PgConnectOptions;
 
+pub use audit::{Audit, AuditEntry, OperatorError};
 pub use cli::{DltCommand, DltFilter, RedriveArgs};
-pub use dlt_read::{DltRead, Expired, ReadError, dead_lettered_at};
+pub use dlt_read::{DltRead, Expired, ReadError, dead_lettered_at, matches};
 pub use list::{list, show};
 pub use redrive::{RedriveError, RedriveStep, RedriveSummary, redrive};
 
@@ -24,15 +27,19 @@ pub enum ToolError {
     Show(#[source] ReadError),
     #[error("dlt redrive failed")]
     Redrive(#[from] RedriveError),
+    #[error("dlt redrive: --operator")]
+    Operator(#[from] OperatorError),
 }
 
 /// Runs `command` on `dlt`, the DLT of the consumer group `group`, and
-/// prints what it found. Returns false when `dlt show` found no record.
+/// prints what it found; a redrive is recorded in the audit of `database`,
+/// the consumer's own. Returns false when `dlt show` found no record.
 pub async fn run(
     command: DltCommand,
     config: ClientConfig,
     dlt: String,
     group: &str,
+    database: PgConnectOptions,
 ) -> Result<bool, ToolError> {
     match command {
         DltCommand::List(filter) => {
@@ -51,8 +58,10 @@ pub async fn run(
                 .redrive_group
                 .clone()
                 .unwrap_or_else(|| format!("{group}.redrive"));
+            let operator = args.operator.clone().unwrap_or_else(audit::login_name);
+            let audit = Audit::new(database, &operator, "cli")?;
             let mut progress = present::redrive_progress(args.dry_run);
-            let summary = redrive(config, dlt, &redrive_group, args, &mut progress).await?;
+            let summary = redrive(config, dlt, &redrive_group, args, &audit, &mut progress).await?;
             present::redrive_summary(&summary);
             Ok(true)
         }

@@ -23,6 +23,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::audit::{Audit, Redriven};
 use super::cli::RedriveArgs;
 use super::dlt_read::{self, Expired, From, ReadError, matches};
 use crate::topics;
@@ -51,6 +52,8 @@ pub struct RedriveStep<'a> {
     pub info: DltInfo,
     pub to_topic: &'a str,
     pub to_partition: i32,
+    /// Where the copy landed; `None` in a dry run.
+    pub to_offset: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +64,10 @@ pub enum RedriveError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("DLT record {partition}/{offset} has no original topic or partition header")]
     NoOrigin { partition: i32, offset: i64 },
+    #[error(
+        "recording the redrive in the audit (dlt_redrive) failed; the copy was published, the redrive group's offset not moved"
+    )]
+    Audit(#[source] sqlx::Error),
 }
 
 fn group_consumer(config: &ClientConfig, group: &str) -> Result<BaseConsumer, RedriveError> {
@@ -104,15 +111,19 @@ fn headers_for_redrive(record: &Record, dlt: &str) -> OwnedHeaders {
         })
 }
 
-/// Republishes the unredriven DLT records that pass the filter; `step` is
-/// told of each one.
+/// Republishes the unredriven DLT records that pass the filter, recording
+/// each in `audit`; `step` is told of each one.
 pub async fn redrive(
     config: ClientConfig,
     dlt: String,
     redrive_group: &str,
     args: RedriveArgs,
+    audit: &Audit,
     step: &mut (dyn FnMut(RedriveStep<'_>) + Send),
 ) -> Result<RedriveSummary, RedriveError> {
+    if !args.dry_run {
+        audit.check().await.map_err(RedriveError::Audit)?;
+    }
     let group = group_consumer(&config, redrive_group)?;
     let from = From {
         offsets: committed(&group, &dlt)?,
@@ -153,6 +164,7 @@ pub async fn redrive(
                 offset: record.offset,
             });
         };
+        let mut to_offset = None;
         if !args.dry_run {
             let mut outgoing = FutureRecord::to(&topic)
                 .partition(partition)
@@ -163,10 +175,25 @@ pub async fn redrive(
             if let Some(value) = &record.value {
                 outgoing = outgoing.payload(value.as_slice());
             }
-            producer
+            let offset = producer
                 .send(outgoing, TIMEOUT)
                 .await
-                .map_err(|(error, _)| error)?;
+                .map_err(|(error, _)| error)?
+                .offset;
+            audit
+                .record(&Redriven {
+                    dlt_topic: dlt.clone(),
+                    dlt_partition: record.partition,
+                    dlt_offset: record.offset,
+                    message_id: info.message_id.as_deref().and_then(|id| id.parse().ok()),
+                    reason: info.reason.clone(),
+                    to_topic: topic.clone(),
+                    to_partition: partition,
+                    to_offset: offset,
+                })
+                .await
+                .map_err(RedriveError::Audit)?;
+            to_offset = Some(offset);
             if *advancing {
                 let mut offsets = TopicPartitionList::new();
                 offsets.add_partition_offset(
@@ -184,6 +211,7 @@ pub async fn redrive(
             info,
             to_topic: &topic,
             to_partition: partition,
+            to_offset,
         });
     }
     Ok(summary)

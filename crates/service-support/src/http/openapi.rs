@@ -5,7 +5,7 @@ use axum::routing::get;
 use utoipa::openapi::OpenApi;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItem};
 use utoipa::openapi::{ContentBuilder, ResponseBuilder};
-use utoipa_scalar::{Scalar, Servable};
+use utoipa_swagger_ui::{Config, SwaggerUi};
 
 /// Documents the two routes that serve the document itself.
 fn document_self(document: &mut OpenApi) {
@@ -29,19 +29,21 @@ fn document_self(document: &mut OpenApi) {
     );
     document.paths.paths.insert(
         "/docs".to_owned(),
-        page("API reference page (Scalar)", "text/html"),
+        page("API reference page (Swagger UI)", "text/html"),
     );
 }
 
-/// Serves `document` at `/openapi.json` and a reference page at `/docs`. The
-/// page needs no build-time download: it loads Scalar's script in the browser.
+/// Serves `document` at `/openapi.json` and Swagger UI at `/docs` (`/docs`
+/// redirects to `/docs/`). Swagger UI's files are in the binary and its
+/// page loads nothing from elsewhere: it works with no internet. The
+/// validator badge is off, as it would fetch an image from
+/// validator.swagger.io.
 pub fn with_openapi_pages<S>(router: Router<S>, mut document: OpenApi) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
     document_self(&mut document);
-    let document = Arc::new(document);
-    let served = Arc::clone(&document);
+    let served = Arc::new(document);
     router
         .route(
             "/openapi.json",
@@ -50,5 +52,6 @@ where
                 async move { axum::Json(served.as_ref().clone()) }
             }),
         )
-        .merge(Scalar::with_url("/docs", document.as_ref().clone()))
+        // A config, not SwaggerUi::url(): that would route /openapi.json too.
+        .merge(SwaggerUi::new("/docs").config(Config::new(["/openapi.json"]).validator_url("none")))
 }

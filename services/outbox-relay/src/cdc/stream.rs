@@ -31,7 +31,7 @@ use crate::leadership::SEND_MARGIN;
 use crate::publisher::{Outcome, Publisher};
 use crate::record::OutboxRow;
 use crate::relay::{Backoff, RelayStatus};
-use crate::store::{self, AfterPublish};
+use crate::store::{self, AfterPublish, Delivery, DeliveryLog};
 
 /// How long a committed transaction waits for more to join its batch: the
 /// replication worker hands over what the server already sent without a
@@ -56,6 +56,7 @@ pub struct CdcSettings {
     /// What happens to the table's rows once published; `None` when the
     /// writer deleted them in its own transaction.
     pub after_publish: Option<AfterPublish>,
+    pub delivery_log: DeliveryLog,
     pub failover_interval: Duration,
     pub max_backoff: Duration,
     pub delivery_timeout: Duration,
@@ -157,7 +158,7 @@ struct Session<'a> {
     committed_rows: usize,
     /// Published rows the cleanup (mark or delete) has not found yet, and
     /// since when.
-    unclean: Vec<(Uuid, Instant)>,
+    unclean: Vec<(Delivery, Instant)>,
     led: bool,
 }
 
@@ -252,7 +253,9 @@ impl<'a> Session<'a> {
             let mut failure = None;
             for (row, outcome) in rows.iter().zip(outcomes) {
                 match outcome {
-                    Outcome::Published => published.push(row.id),
+                    Outcome::Published { partition, offset } => {
+                        published.push(Delivery::of(row, partition, offset));
+                    }
                     Outcome::Poison(error) => poison.push((row.id, error)),
                     Outcome::Transient(error) => {
                         failure.get_or_insert(error);
@@ -262,7 +265,7 @@ impl<'a> Session<'a> {
                     }
                 }
             }
-            store::mark_published(&mut conn, &published, after).await?;
+            store::mark_published(&mut conn, &published, after, self.settings.delivery_log).await?;
             if !poison.is_empty() {
                 store::record_poison(&mut conn, &poison, 1).await?;
                 metrics::counter!("outbox_parked_total").increment(poison.len() as u64);
@@ -404,12 +407,12 @@ impl<'a> Session<'a> {
         metrics::histogram!("relay_batch_publish_duration_seconds")
             .record(started.elapsed().as_secs_f64());
 
-        let mut published: Vec<Uuid> = Vec::with_capacity(rows.len());
+        let mut published: Vec<Delivery> = Vec::with_capacity(rows.len());
         let mut failure = None;
         for ((tx, row), outcome) in txs.into_iter().zip(&rows).zip(outcomes) {
             match outcome {
-                Outcome::Published => {
-                    published.push(row.id);
+                Outcome::Published { partition, offset } => {
+                    published.push(Delivery::of(row, partition, offset));
                     self.progress.delivered(tx)?;
                 }
                 Outcome::Poison(error) => {
@@ -448,7 +451,7 @@ impl<'a> Session<'a> {
 
     /// Marks or deletes `published` as the cleanup mode says, with the rows
     /// an earlier cleanup did not find yet; keeps those it does not find.
-    async fn clean_up(&mut self, published: Vec<Uuid>) -> Result<(), StreamError> {
+    async fn clean_up(&mut self, published: Vec<Delivery>) -> Result<(), StreamError> {
         let Some(after) = self.settings.after_publish else {
             return Ok(());
         };
@@ -458,20 +461,24 @@ impl<'a> Session<'a> {
         if self.unclean.is_empty() {
             return Ok(());
         }
-        let ids: Vec<Uuid> = self.unclean.iter().map(|(id, _)| *id).collect();
-        let found: HashSet<Uuid> =
-            store::mark_published(&mut *self.pool.acquire().await?, &ids, after)
-                .await?
-                .into_iter()
-                .collect();
-        self.unclean.retain(|(id, since)| {
-            if found.contains(id) {
+        let deliveries: Vec<Delivery> = self.unclean.iter().map(|(d, _)| d.clone()).collect();
+        let found: HashSet<Uuid> = store::mark_published(
+            &mut *self.pool.acquire().await?,
+            &deliveries,
+            after,
+            self.settings.delivery_log,
+        )
+        .await?
+        .into_iter()
+        .collect();
+        self.unclean.retain(|(delivery, since)| {
+            if found.contains(&delivery.id) {
                 return false;
             }
             if since.elapsed() < CLEANUP_PATIENCE {
                 return true;
             }
-            tracing::warn!(outbox.id = %id,
+            tracing::warn!(outbox.id = %delivery.id,
                 "published, but its row was not found to mark or delete; if it is still in the table, the next start publishes it again");
             false
         });

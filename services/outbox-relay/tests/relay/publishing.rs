@@ -34,6 +34,22 @@ async fn every_committed_row_arrives_once_in_per_aggregate_order() {
         );
         assert_eq!(record.header("eventType").as_deref(), Some("TestEvent"));
     }
+    // The delivery log says where each deleted row went.
+    let logged: std::collections::HashMap<String, (String, i32, i64)> =
+        sqlx::query_as("select id::text, topic, partition, \"offset\" from outbox_delivery")
+            .fetch_all(&test.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(id, topic, partition, offset)| (id, (topic, partition, offset)))
+            .collect();
+    assert_eq!(logged.len(), 2_000);
+    for record in &records {
+        assert_eq!(
+            logged.get(&record.header("id").unwrap()),
+            Some(&(record.topic.clone(), record.partition, record.offset)),
+        );
+    }
     assert!(relay.metrics().await.contains("outbox_published_total"));
     relay.service.terminate(Duration::from_secs(30)).await;
 }

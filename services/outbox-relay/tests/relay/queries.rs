@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::store::{self, AfterPublish};
+use outbox_relay::store::{self, AfterPublish, Delivery, DeliveryLog};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::helpers::RelayTest;
@@ -41,12 +41,28 @@ async fn no_relay_statement_scans_the_whole_outbox() {
         // One row per aggregate: the earliest of each.
         let pending = store::fetch_pending(&mut conn, 100).await.unwrap();
         assert_eq!(pending.len(), 3);
-        store::mark_published(&mut conn, &ids[..2], AfterPublish::Retain)
-            .await
-            .unwrap();
-        store::mark_published(&mut conn, &ids[2..3], AfterPublish::Delete)
-            .await
-            .unwrap();
+        let delivery = |i: usize| Delivery {
+            id: ids[i],
+            topic: "pedido.eventos".to_owned(),
+            partition: 3,
+            offset: 100 + i64::try_from(i).unwrap(),
+        };
+        store::mark_published(
+            &mut conn,
+            &[delivery(0), delivery(1)],
+            AfterPublish::Retain,
+            DeliveryLog::On,
+        )
+        .await
+        .unwrap();
+        store::mark_published(
+            &mut conn,
+            &[delivery(2)],
+            AfterPublish::Delete,
+            DeliveryLog::On,
+        )
+        .await
+        .unwrap();
         store::record_poison(&mut conn, &[(ids[3], "too large".to_owned())], 1)
             .await
             .unwrap();
@@ -63,6 +79,19 @@ async fn no_relay_statement_scans_the_whole_outbox() {
     store::purge_published(&relay, Duration::from_secs(3600), 100)
         .await
         .unwrap();
+    store::purge_deliveries(&relay, Duration::from_secs(3600), 100)
+        .await
+        .unwrap();
+    // Both marks logged where each row went, retained or deleted.
+    let logged: Vec<(uuid::Uuid, i32, i64)> =
+        sqlx::query_as("select id, partition, \"offset\" from outbox_delivery order by \"offset\"")
+            .fetch_all(&test.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        logged,
+        [(ids[0], 3, 100), (ids[1], 3, 101), (ids[2], 3, 102)]
+    );
     // Statistics reach shared memory when the backend goes idle; make the
     // next idle moment flush them, then pass through one.
     sqlx::query("select pg_stat_force_next_flush()")

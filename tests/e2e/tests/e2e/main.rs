@@ -8,6 +8,7 @@
 mod brokers;
 mod cancellations;
 mod chaos;
+mod console;
 mod consumers;
 mod databases;
 mod happy_path;

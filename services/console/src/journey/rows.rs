@@ -1,0 +1,377 @@
+//! The journey's evidence in the databases: the order and its status
+//! changes, outbox rows and the relay's delivery log, processed rows,
+//! reservations, the redrive audit.
+
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{OrderNow, Step};
+use crate::sources::{Db, Flow, Sources};
+
+pub(super) async fn order_exists(sources: &Sources, id: Uuid) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from orders where id = $1)")
+        .bind(id)
+        .fetch_one(sources.db(Db::Orders))
+        .await
+}
+
+/// The key (order id) of the message `id`, from whatever still knows it.
+pub(super) async fn key_of_message(
+    sources: &Sources,
+    id: Uuid,
+) -> Result<Option<String>, sqlx::Error> {
+    // The indexed places first; the effects' message ids last (the
+    // reservations' are not indexed: looked up only for a message that no
+    // outbox row or delivery log entry knows any more).
+    let lookups = [
+        (Db::Orders, "select aggregateid from outbox where id = $1"),
+        (
+            Db::Orders,
+            "select aggregateid from outbox_delivery where id = $1 limit 1",
+        ),
+        (
+            Db::Inventory,
+            "select aggregateid from outbox where id = $1",
+        ),
+        (
+            Db::Inventory,
+            "select aggregateid from outbox_delivery where id = $1 limit 1",
+        ),
+        (
+            Db::Orders,
+            "select order_id::text from order_status_history where message_id = $1 limit 1",
+        ),
+        (
+            Db::Inventory,
+            "select order_id::text from reservations
+             where message_id = $1 or cancel_message_id = $1 limit 1",
+        ),
+    ];
+    for (db, lookup) in lookups {
+        let found: Option<String> = sqlx::query_scalar(lookup)
+            .bind(id)
+            .fetch_optional(sources.db(db))
+            .await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}
+
+fn order_id(key: &str) -> Option<Uuid> {
+    key.parse().ok()
+}
+
+pub(super) async fn order_now(
+    sources: &Sources,
+    key: &str,
+) -> Result<Option<OrderNow>, sqlx::Error> {
+    let Some(id) = order_id(key) else {
+        return Ok(None);
+    };
+    let row: Option<(String, Option<String>, String, OffsetDateTime)> = sqlx::query_as(
+        "select status, status_reason, customer_id, created_at from orders where id = $1",
+    )
+    .bind(id)
+    .fetch_optional(sources.db(Db::Orders))
+    .await?;
+    Ok(row.map(
+        |(status, status_reason, customer_id, created_at)| OrderNow {
+            status,
+            status_reason,
+            customer_id,
+            created_at,
+        },
+    ))
+}
+
+/// The order's status changes (its first is its creation).
+pub(super) async fn order_steps(sources: &Sources, key: &str) -> Result<Vec<Step>, sqlx::Error> {
+    let Some(id) = order_id(key) else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<(String, Option<String>, Option<Uuid>, OffsetDateTime)> = sqlx::query_as(
+        "select status, reason, message_id, changed_at from order_status_history
+         where order_id = $1 order by position",
+    )
+    .bind(id)
+    .fetch_all(sources.db(Db::Orders))
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(status, reason, message_id, at)| {
+            Step::new(
+                Some(at),
+                "orders.order_status_history",
+                format!("order {status}"),
+            )
+            .message(message_id, None)
+            .with("status", &status)
+            .with_some("reason", reason)
+        })
+        .collect())
+}
+
+/// What one flow's outbox holds of a key.
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    pub(super) steps: Vec<Step>,
+    /// The delivery log's positions: `(message id, partition, offset)`.
+    pub(super) deliveries: Vec<(Uuid, i32, i64)>,
+    /// When the earliest row was written.
+    pub(super) earliest: Option<OffsetDateTime>,
+}
+
+type OutboxRow = (
+    Uuid,
+    String,
+    OffsetDateTime,
+    i32,
+    Option<String>,
+    Option<OffsetDateTime>,
+    Option<OffsetDateTime>,
+    i32,
+    Option<OffsetDateTime>,
+);
+
+type DeliveryRow = (
+    Uuid,
+    String,
+    OffsetDateTime,
+    String,
+    i32,
+    i64,
+    OffsetDateTime,
+);
+
+pub(super) async fn outbox_steps(
+    sources: &Sources,
+    flow: &Flow,
+    key: &str,
+) -> Result<Written, sqlx::Error> {
+    let db = sources.db(flow.producer);
+    let table = format!("{}.outbox", flow.producer.name());
+    let rows: Vec<OutboxRow> = sqlx::query_as(
+        "select id, type, created_at, attempts, last_error, parked_at, published_at,
+                deferrals, next_attempt_at
+         from outbox where aggregatetype = $1 and aggregateid = $2 order by seq",
+    )
+    .bind(flow.aggregate_type)
+    .bind(key)
+    .fetch_all(db)
+    .await?;
+    let delivered: Vec<DeliveryRow> = sqlx::query_as(
+        "select id, type, written_at, topic, partition, \"offset\", published_at
+         from outbox_delivery where aggregatetype = $1 and aggregateid = $2
+         order by published_at",
+    )
+    .bind(flow.aggregate_type)
+    .bind(key)
+    .fetch_all(db)
+    .await?;
+
+    let mut written = Written::default();
+    for (
+        id,
+        event_type,
+        created_at,
+        attempts,
+        last_error,
+        parked_at,
+        published_at,
+        deferrals,
+        next_attempt_at,
+    ) in rows
+    {
+        written.earliest = written.earliest.min(Some(created_at)).or(Some(created_at));
+        let state = match (parked_at, published_at) {
+            (Some(_), _) => "parked",
+            (None, Some(_)) => "published, retained",
+            (None, None) => "pending",
+        };
+        written.steps.push(
+            Step::new(Some(created_at), &table, "written")
+                .message(Some(id), Some(event_type.clone()))
+                .with("state", state)
+                .with("attempts", attempts)
+                .with("deferrals", deferrals)
+                .with_some("last_error", last_error.clone())
+                .with_some("next_attempt_at", next_attempt_at.map(rfc3339)),
+        );
+        if let Some(at) = parked_at {
+            written.steps.push(
+                Step::new(Some(at), &table, "parked")
+                    .message(Some(id), Some(event_type.clone()))
+                    .with("attempts", attempts)
+                    .with_some("last_error", last_error)
+                    .with(
+                        "unpark",
+                        format!(
+                            "update outbox set parked_at = null, attempts = 0 where id = '{id}'"
+                        ),
+                    ),
+            );
+        }
+        if let Some(at) = published_at
+            && !delivered.iter().any(|entry| entry.0 == id)
+        {
+            written.steps.push(
+                Step::new(Some(at), &table, "published")
+                    .message(Some(id), Some(event_type))
+                    .with("row", "retained (--outbox-cleanup retain)"),
+            );
+        }
+    }
+    let log = format!("{}.outbox_delivery", flow.producer.name());
+    for (id, event_type, written_at, topic, partition, offset, published_at) in delivered {
+        written.earliest = written.earliest.min(Some(written_at)).or(Some(written_at));
+        // The row itself is gone (deleted on publish): its writing is known
+        // from the log.
+        if !written
+            .steps
+            .iter()
+            .any(|s| s.message_id == Some(id) && s.what == "written")
+        {
+            written.steps.push(
+                Step::new(Some(written_at), &log, "written")
+                    .message(Some(id), Some(event_type.clone()))
+                    .with("state", "published, row deleted"),
+            );
+        }
+        written.steps.push(
+            Step::new(Some(published_at), &log, "published")
+                .message(Some(id), Some(event_type))
+                .with("record", format!("{topic}[{partition}]@{offset}")),
+        );
+        written.deliveries.push((id, partition, offset));
+    }
+    Ok(written)
+}
+
+/// The consumer of `flow` processed these messages (its dedupe rows).
+pub(super) async fn processed_steps(
+    sources: &Sources,
+    flow: &Flow,
+    ids: &[Uuid],
+) -> Result<Vec<Step>, sqlx::Error> {
+    let rows: Vec<(Uuid, OffsetDateTime)> = sqlx::query_as(
+        "select mensagem_id, processada_em from mensagem_processada
+         where consumidor = $1 and mensagem_id = any($2)",
+    )
+    .bind(flow.consumer)
+    .bind(ids)
+    .fetch_all(sources.db(flow.consumer_db))
+    .await?;
+    let place = format!("{}.mensagem_processada", flow.consumer_db.name());
+    Ok(rows
+        .into_iter()
+        .map(|(id, at)| {
+            Step::new(Some(at), &place, "processed")
+                .message(Some(id), None)
+                .with("consumer", flow.consumer)
+        })
+        .collect())
+}
+
+type ReservationRow = (
+    String,
+    Option<String>,
+    Uuid,
+    OffsetDateTime,
+    Option<OffsetDateTime>,
+    Option<Uuid>,
+    Option<String>,
+);
+
+/// The inventory's effect: the reservation, and its release or cancellation.
+pub(super) async fn reservation_steps(
+    sources: &Sources,
+    key: &str,
+) -> Result<Vec<Step>, sqlx::Error> {
+    let Some(id) = order_id(key) else {
+        return Ok(Vec::new());
+    };
+    let row: Option<ReservationRow> = sqlx::query_as(
+        "select r.status, r.reason, r.message_id, r.created_at, r.cancelled_at, r.cancel_message_id,
+                (select string_agg(i.sku || ' x' || i.quantity, ', ' order by i.line)
+                   from reservation_items i where i.order_id = r.order_id)
+         from reservations r where r.order_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(sources.db(Db::Inventory))
+    .await?;
+    let Some((status, reason, message_id, created_at, cancelled_at, cancel_message_id, items)) =
+        row
+    else {
+        return Ok(Vec::new());
+    };
+    let mut steps = Vec::new();
+    // A cancellation that arrived first leaves a CANCELLED row with no
+    // reservation behind it.
+    if cancel_message_id != Some(message_id) {
+        let decided = match (status.as_str(), &reason) {
+            (_, Some(_)) => "stock rejected",
+            _ => "stock reserved",
+        };
+        steps.push(
+            Step::new(Some(created_at), "inventory.reservations", decided)
+                .message(Some(message_id), None)
+                .with_some("items", items)
+                .with_some("reason", reason),
+        );
+    }
+    if let Some(at) = cancelled_at {
+        steps.push(
+            Step::new(
+                Some(at),
+                "inventory.reservations",
+                format!("reservation {status}"),
+            )
+            .message(cancel_message_id, None)
+            .with("status", &status),
+        );
+    }
+    Ok(steps)
+}
+
+/// Redrives of these messages, from both databases' audits.
+pub(super) async fn redrive_steps(
+    sources: &Sources,
+    ids: &[Uuid],
+) -> Result<Vec<Step>, sqlx::Error> {
+    let mut steps = Vec::new();
+    for db in [Db::Orders, Db::Inventory] {
+        let place = format!("{}.dlt_redrive", db.name());
+        for entry in idempotent_consumer::tools::audit::history(sources.db(db), ids).await? {
+            let redriven = &entry.redriven;
+            steps.push(
+                Step::new(Some(entry.redriven_at), &place, "redriven")
+                    .message(redriven.message_id, None)
+                    .with("operator", &entry.operator)
+                    .with("via", &entry.via)
+                    .with(
+                        "from",
+                        format!(
+                            "{}[{}]@{}",
+                            redriven.dlt_topic, redriven.dlt_partition, redriven.dlt_offset
+                        ),
+                    )
+                    .with(
+                        "to",
+                        format!(
+                            "{}[{}]@{}",
+                            redriven.to_topic, redriven.to_partition, redriven.to_offset
+                        ),
+                    )
+                    .with_some("reason", redriven.reason.clone()),
+            );
+        }
+    }
+    Ok(steps)
+}
+
+pub(crate) fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| at.to_string())
+}
