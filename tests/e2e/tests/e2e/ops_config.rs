@@ -259,7 +259,12 @@ fn the_configuration_reference_names_every_variable() {
     .unwrap();
     let exe = std::env::current_exe().unwrap();
     let bin_dir = exe.parent().and_then(Path::parent).unwrap();
-    for binary in ["order-service", "outbox-relay", "inventory-service", "entrega"] {
+    for binary in [
+        "order-service",
+        "outbox-relay",
+        "inventory-service",
+        "entrega",
+    ] {
         let output = std::process::Command::new(bin_dir.join(binary))
             .arg("--help")
             .env_clear()
