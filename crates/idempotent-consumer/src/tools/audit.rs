@@ -104,7 +104,7 @@ impl Audit {
     /// table yet).
     pub async fn check(&self) -> Result<(), sqlx::Error> {
         let writable: bool = sqlx::query_scalar(
-            "select has_table_privilege(to_regclass('dlt_redrive'), 'INSERT')
+            "select coalesce(has_table_privilege(to_regclass('dlt_redrive'), 'INSERT'), false)
                     and not current_setting('transaction_read_only')::bool",
         )
         .fetch_one(&self.pool)
@@ -113,7 +113,8 @@ impl Audit {
             Ok(())
         } else {
             Err(sqlx::Error::Protocol(
-                "this role may not insert into dlt_redrive (or the session is read-only)"
+                "dlt_redrive is missing (start the consumer's service once: it migrates) or this \
+                 role may not insert into it (or the session is read-only)"
                     .to_owned(),
             ))
         }

@@ -64,6 +64,8 @@ pub enum RedriveError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("DLT record {partition}/{offset} has no original topic or partition header")]
     NoOrigin { partition: i32, offset: i64 },
+    #[error("the redrive audit (dlt_redrive) cannot be written: nothing was redriven")]
+    AuditUnavailable(#[source] sqlx::Error),
     #[error(
         "recording the redrive in the audit (dlt_redrive) failed; the copy was published, the redrive group's offset not moved"
     )]
@@ -122,7 +124,10 @@ pub async fn redrive(
     step: &mut (dyn FnMut(RedriveStep<'_>) + Send),
 ) -> Result<RedriveSummary, RedriveError> {
     if !args.dry_run {
-        audit.check().await.map_err(RedriveError::Audit)?;
+        audit
+            .check()
+            .await
+            .map_err(RedriveError::AuditUnavailable)?;
     }
     let group = group_consumer(&config, redrive_group)?;
     let from = From {

@@ -79,9 +79,44 @@ async fn a_redriven_record_whose_cause_was_fixed_is_processed_once_and_a_second_
         "a dry run publishes nothing"
     );
 
-    let (code, _) = test.tool(&["dlt", "redrive", "--rate", "100"]).await;
+    // With no audit it can write, a redrive publishes nothing.
+    let hide = |from: &'static str, to: &'static str| {
+        let pool = test.pool.clone();
+        async move {
+            sqlx::query(&format!("alter table {from} rename to {to}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    hide("dlt_redrive", "dlt_redrive_hidden").await;
+    let refused = test.tool_output(&["dlt", "redrive", "--rate", "100"]).await;
+    hide("dlt_redrive_hidden", "dlt_redrive").await;
+    assert_ne!(refused.code, Some(0));
+    assert!(
+        refused
+            .stderr
+            .contains("cannot be written: nothing was redriven"),
+        "{}",
+        refused.stderr
+    );
+    let source = TopicReader::new(&test.bootstrap, &test.topic)
+        .read_all(Duration::from_secs(30))
+        .await;
+    assert_eq!(source.len(), 1, "only the original record: {source:?}");
+
+    let (code, _) = test
+        .tool(&["dlt", "redrive", "--rate", "100", "--operator", "ana"])
+        .await;
     assert_eq!(code, Some(0));
     assert_eq!(test.wait_for_reservation(order).await.0, "RESERVED");
+    let audited: (String, String, i64) =
+        sqlx::query_as("select operator, via, to_offset from dlt_redrive where message_id = $1")
+            .bind(dead[0].header("id").unwrap().parse::<Uuid>().unwrap())
+            .fetch_one(&test.pool)
+            .await
+            .unwrap();
+    assert_eq!(audited, ("ana".to_owned(), "cli".to_owned(), 1));
     assert_eq!(test.stock("ABC-1").await, (7, 3));
     let (_, again) = test.tool(&["dlt", "redrive", "--dry-run"]).await;
     assert!(

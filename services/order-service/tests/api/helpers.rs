@@ -41,6 +41,17 @@ pub(crate) struct TestApp {
     server: Option<tokio::task::JoinHandle<Result<(), order_service::RunError>>>,
 }
 
+impl TestApp {
+    /// The URL of this test's database.
+    pub(crate) fn database_url(&self) -> String {
+        self.maintenance
+            .clone()
+            .database(&self.database)
+            .to_url_lossy()
+            .to_string()
+    }
+}
+
 /// What a request got back, read in full.
 #[derive(Debug)]
 pub(crate) struct Reply {

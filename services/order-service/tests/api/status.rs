@@ -142,6 +142,9 @@ impl StatusTest {
         let bootstrap = bootstrap_servers();
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
             .args([
+                // A redrive is audited in the consumer's own database.
+                "--database-url",
+                &self.app.database_url(),
                 "--bootstrap-servers",
                 &bootstrap,
                 "--status-dlt-topic",

@@ -443,7 +443,7 @@ async fn a_role_without_replication_gets_a_clear_error() {
     let role = format!("norepl_{}", &Uuid::new_v4().simple().to_string()[..12]);
     for statement in [
         format!("create role {role} login"),
-        format!("grant all on outbox to {role}"),
+        format!("grant all on outbox, outbox_delivery to {role}"),
     ] {
         sqlx::query(&statement).execute(&test.pool).await.unwrap();
     }

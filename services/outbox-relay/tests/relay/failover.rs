@@ -397,6 +397,13 @@ async fn a_standby_that_cannot_see_the_leader_says_so_and_deposes_once_granted()
     .execute(&test.pool)
     .await
     .unwrap();
+    // A leader appends each delivery to the log (docs/relay.md).
+    sqlx::query(&format!(
+        "grant insert on outbox_delivery to {standby_role}"
+    ))
+    .execute(&test.pool)
+    .await
+    .unwrap();
     let url_as = |role: &str| {
         let mut url: url::Url = test.database.url().parse().unwrap();
         url.set_username(role).unwrap();
