@@ -39,8 +39,10 @@ async fn block_the_relay_after_publishing(
         // Only a wait to record a published batch is the window this test
         // is after; a relay recording a failed send (a deferral) on the same
         // rows has published nothing, and a kill there re-publishes nothing.
+        // (The mark, with the delivery log, is a `with published as (...)`.)
         if waiting.iter().any(|query| {
-            query.starts_with("update outbox set published_at")
+            query.starts_with("with published as")
+                || query.starts_with("update outbox set published_at")
                 || query.starts_with("delete from outbox where id = any")
         }) {
             return tx;
@@ -77,7 +79,8 @@ async fn relay_killed_again_and_again(retain_published: bool, scenario: &str) {
     sqlx::query(
         "select pg_terminate_backend(pid) from pg_stat_activity
          where datname = current_database() and wait_event_type = 'Lock'
-           and (query like 'update outbox%' or query like 'delete from outbox%')",
+           and (query like 'with published as%' or query like 'update outbox%'
+                or query like 'delete from outbox%')",
     )
     .execute(&pipeline.orders)
     .await
