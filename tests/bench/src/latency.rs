@@ -1,6 +1,8 @@
-//! P4: latency from the outbox row's `created_at` to the reservation's
-//! decision, at 25 %, 50 % and 75 % of the highest sustained order rate, the
-//! whole pipeline running with its default settings.
+//! P4: latency from the outbox row's commit to the reservation (the effect)
+//! and on to the order's new status, leg by leg, at 25 %, 50 % and 75 % of
+//! the highest sustained order rate; beside the broker's own floor, a
+//! produce → consume round trip with the same client settings measured on
+//! the same broker in the same run.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -66,10 +68,41 @@ pub(crate) async fn wait_ready(address: &str) {
 /// How long the relay may take, after a load, to publish what it wrote.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(300);
 
-/// Sorted latencies in milliseconds.
+/// Sorted latencies in milliseconds, per order.
+#[derive(Default)]
 struct Latencies {
+    /// Outbox commit → reservation (the effect).
     total: Vec<f64>,
-    relay_leg: Vec<f64>,
+    /// Outbox commit → the relay's record of the broker's ack (`published_at`).
+    to_ack: Vec<f64>,
+    /// Ack → the consumer's transaction began (`processada_em`).
+    to_consumed: Vec<f64>,
+    /// Consumed → the reservation written in that transaction.
+    to_effect: Vec<f64>,
+    /// Reservation → the order's new status (the way back).
+    to_status: Vec<f64>,
+}
+
+impl Latencies {
+    fn sort(&mut self) {
+        for legs in [
+            &mut self.total,
+            &mut self.to_ack,
+            &mut self.to_consumed,
+            &mut self.to_effect,
+            &mut self.to_status,
+        ] {
+            legs.sort_by(f64::total_cmp);
+        }
+    }
+}
+
+fn p50_p99(sorted: &[f64]) -> String {
+    format!(
+        "{:.0}/{:.0}",
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.99)
+    )
 }
 
 /// The three services on fresh databases and a broker of their own.
@@ -79,13 +112,20 @@ struct Stack {
     inventory_db: TestDatabase,
     services: Vec<Service>,
     order_api: String,
+    broker_address: String,
 }
 
 impl Stack {
     async fn start(bin: &str, fetch_wait_max_ms: Option<u32>, setup: Setup) -> Self {
         let broker = PrivateBroker::start().await;
-        create_topic(&broker.address, "pedido.eventos", 6).await;
-        create_topic(&broker.address, "pedido.eventos.dlt", 6).await;
+        for topic in [
+            "pedido.eventos",
+            "pedido.eventos.dlt",
+            "estoque.eventos",
+            "estoque.eventos.dlt",
+        ] {
+            create_topic(&broker.address, topic, 6).await;
+        }
         let orders_db = TestDatabase::create(&setup.server(), "bench_p4_orders").await;
         let inventory_db = TestDatabase::create(
             &server(
@@ -99,25 +139,31 @@ impl Stack {
         let order_api = format!("127.0.0.1:{}", free_port());
         let inventory_api = format!("127.0.0.1:{}", free_port());
         let relay_http = format!("127.0.0.1:{}", free_port());
+        let inventory_relay_http = format!("127.0.0.1:{}", free_port());
         let quiet = [("RUST_LOG", "warn".to_owned())];
-        let mut inventory_env = quiet.to_vec();
+        // Both consumers (the inventory's, the order service's status
+        // consumer) fetch with the same settings.
+        let mut consumer_env = quiet.to_vec();
         if let Some(ms) = fetch_wait_max_ms {
-            inventory_env.push(("KAFKA_FETCH_WAIT_MAX_MS", ms.to_string()));
+            consumer_env.push(("KAFKA_FETCH_WAIT_MAX_MS", ms.to_string()));
         }
         let mut services = vec![Service::start(
             "order-service",
             &format!("{bin}/order-service"),
-            // P4 measures commit -> reservation; the way back is not timed yet.
             &[
                 "--database-url",
                 &orders_url,
                 "--http-addr",
                 &order_api,
-                "--no-status-consumer",
+                "--bootstrap-servers",
+                &broker.address,
             ],
-            &quiet,
+            &consumer_env,
         )];
         wait_ready(&order_api).await;
+        // Rows are kept, so that each order's created_at and published_at
+        // can be read.
+        let retain = ["--outbox-cleanup", "retain", "--retain-published", "1d"];
         let mut relay_args = vec![
             "--database-url",
             &orders_url,
@@ -125,12 +171,8 @@ impl Stack {
             &broker.address,
             "--http-addr",
             &relay_http,
-            // Kept, so that each order's outbox created_at can be read.
-            "--outbox-cleanup",
-            "retain",
-            "--retain-published",
-            "1d",
         ];
+        relay_args.extend(retain);
         let mode_args = setup.relay_args(&orders_db.name);
         relay_args.extend(mode_args.iter().map(String::as_str));
         services.push(Service::start(
@@ -150,10 +192,30 @@ impl Stack {
                 "--http-addr",
                 &inventory_api,
             ],
-            &inventory_env,
+            &consumer_env,
         ));
         wait_ready(&relay_http).await;
         wait_ready(&inventory_api).await;
+        // The way back, in poll mode whatever the way out: after the
+        // inventory service, which creates its outbox.
+        let mut back_args = vec![
+            "--database-url",
+            &inventory_url,
+            "--bootstrap-servers",
+            &broker.address,
+            "--http-addr",
+            &inventory_relay_http,
+            "--topics",
+            "estoque.eventos",
+        ];
+        back_args.extend(retain);
+        services.push(Service::start(
+            "outbox-relay",
+            &format!("{bin}/outbox-relay"),
+            &back_args,
+            &quiet,
+        ));
+        wait_ready(&inventory_relay_http).await;
         let client = reqwest::Client::new();
         for sku in ["ABC-1", "XYZ-9", "DEF-2"] {
             client
@@ -164,6 +226,7 @@ impl Stack {
                 .unwrap();
         }
         Self {
+            broker_address: broker.address.clone(),
             _broker: broker,
             orders_db,
             inventory_db,
@@ -172,16 +235,16 @@ impl Stack {
         }
     }
 
-    /// Latencies (ms) of the orders created since `since`, once all decided:
-    /// outbox row to reservation, and its first leg, outbox row to the
-    /// relay's record of the broker's acknowledgement (`published_at`).
-    /// `Err` says how far behind the relay was when the wait ended.
+    /// Latencies (ms) of the orders created since `since`, leg by leg, once
+    /// every one has its new status. `Err` says how far behind the relay
+    /// was when the wait ended.
     async fn latencies(&self, since: OffsetDateTime) -> Result<Latencies, String> {
         let orders = connect(&self.orders_db).await;
         let inventory = connect(&self.inventory_db).await;
         let read_outbox = || async {
             sqlx::query_as::<_, (String, OffsetDateTime, Option<OffsetDateTime>)>(
-                "select aggregateid, created_at, published_at from outbox where created_at >= $1",
+                "select aggregateid, created_at, published_at from outbox
+                 where created_at >= $1 and type = 'PedidoCriado'",
             )
             .bind(since)
             .fetch_all(&orders)
@@ -202,21 +265,23 @@ impl Stack {
                 DRAIN_DEADLINE.as_secs()
             ));
         };
-        let mut relay_leg = Vec::with_capacity(outbox.len());
-        let mut created = HashMap::with_capacity(outbox.len());
+        let mut written = HashMap::with_capacity(outbox.len());
         for (id, created_at, published_at) in outbox {
             if let (Ok(id), Some(published_at)) = (Uuid::parse_str(&id), published_at) {
-                relay_leg.push((published_at - created_at).as_seconds_f64() * 1000.0);
-                created.insert(id, created_at);
+                written.insert(id, (created_at, published_at));
             }
         }
-        let ids: Vec<Uuid> = created.keys().copied().collect();
-        let decided: Vec<(Uuid, OffsetDateTime)> = eventually(
+        let ids: Vec<Uuid> = written.keys().copied().collect();
+        let effects: Vec<(Uuid, OffsetDateTime, OffsetDateTime)> = eventually(
             "every order is decided",
             Duration::from_secs(120),
             || async {
-                let decided: Vec<(Uuid, OffsetDateTime)> = sqlx::query_as(
-                    "select order_id, created_at from reservations where order_id = any($1)",
+                let decided: Vec<(Uuid, OffsetDateTime, OffsetDateTime)> = sqlx::query_as(
+                    "select r.order_id, m.processada_em, r.created_at
+                     from reservations r
+                     join mensagem_processada m
+                       on m.consumidor = 'estoque.reserva' and m.mensagem_id = r.message_id
+                     where r.order_id = any($1)",
                 )
                 .bind(&ids)
                 .fetch_all(&inventory)
@@ -226,17 +291,40 @@ impl Stack {
             },
         )
         .await;
-        let mut total: Vec<f64> = decided
-            .into_iter()
-            .filter_map(|(id, at)| {
-                created
-                    .get(&id)
-                    .map(|c| (at - *c).as_seconds_f64() * 1000.0)
-            })
-            .collect();
-        total.sort_by(f64::total_cmp);
-        relay_leg.sort_by(f64::total_cmp);
-        Ok(Latencies { total, relay_leg })
+        let statuses: HashMap<Uuid, OffsetDateTime> = eventually(
+            "every order has its new status",
+            Duration::from_secs(120),
+            || async {
+                let changed: Vec<(Uuid, OffsetDateTime)> = sqlx::query_as(
+                    "select order_id, min(changed_at) from order_status_history
+                     where order_id = any($1) and status in ('CONFIRMED', 'REJECTED')
+                     group by order_id",
+                )
+                .bind(&ids)
+                .fetch_all(&orders)
+                .await
+                .ok()?;
+                (changed.len() == ids.len()).then_some(changed)
+            },
+        )
+        .await
+        .into_iter()
+        .collect();
+        let ms = |from: OffsetDateTime, to: OffsetDateTime| (to - from).as_seconds_f64() * 1000.0;
+        let mut latencies = Latencies::default();
+        for (id, consumed, effect) in effects {
+            let (Some((created, acked)), Some(status)) = (written.get(&id), statuses.get(&id))
+            else {
+                continue;
+            };
+            latencies.total.push(ms(*created, effect));
+            latencies.to_ack.push(ms(*created, *acked));
+            latencies.to_consumed.push(ms(*acked, consumed));
+            latencies.to_effect.push(ms(consumed, effect));
+            latencies.to_status.push(ms(effect, *status));
+        }
+        latencies.sort();
+        Ok(latencies)
     }
 
     async fn stop(self) {
@@ -271,6 +359,12 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
     if setup != Setup::Poll {
         settings.push_str(&format!(", relay in {}", setup.label()));
     }
+    let floor = broker_floor(&stack.broker_address, args.fetch_wait_max_ms).await;
+    let floor_p99 = percentile(&floor, 0.99);
+    println!(
+        "broker floor ({settings}): produce → consume p50/p99 {} ms",
+        p50_p99(&floor)
+    );
     // The highest sustained rate: as fast as 16 clients go, end to end.
     let top = run_load(
         &stack.order_api,
@@ -299,15 +393,15 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
         )
         .await;
         let figure = match stack.latencies(since).await {
-            Ok(Latencies { total, relay_leg }) => format!(
-                "p50 {:.0} ms, p95 {:.0} ms, p99 {:.0} ms ({} orders at {rate:.0}/s); \
-                 of which outbox → broker ack p50 {:.0} ms, p99 {:.0} ms",
-                percentile(&total, 0.5),
-                percentile(&total, 0.95),
-                percentile(&total, 0.99),
-                total.len(),
-                percentile(&relay_leg, 0.5),
-                percentile(&relay_leg, 0.99),
+            Ok(l) => format!(
+                "commit → effect p50/p99 {} ms ({} orders at {rate:.0}/s; broker floor p99 {floor_p99:.0} ms); \
+                 legs p50/p99: commit → ack {}, ack → consumed {}, consumed → effect {}, effect → order status {}",
+                p50_p99(&l.total),
+                l.total.len(),
+                p50_p99(&l.to_ack),
+                p50_p99(&l.to_consumed),
+                p50_p99(&l.to_effect),
+                p50_p99(&l.to_status),
             ),
             Err(behind) => behind,
         };
@@ -317,10 +411,16 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
                 share * 100.0
             ),
             figure,
-            baseline: "none (an absolute target)".to_owned(),
+            baseline: format!(
+                "the broker's produce → consume, same settings: p50/p99 {}",
+                p50_p99(&floor)
+            ),
             ratio: None,
             target: if (share - 0.5).abs() < f64::EPSILON {
-                "p99 ≤ 50 ms".to_owned()
+                format!(
+                    "p99 ≤ broker floor p99 + 50 ms = {:.0} ms",
+                    floor_p99 + 50.0
+                )
             } else {
                 "—".to_owned()
             },
@@ -330,6 +430,89 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
     }
     stack.stop().await;
     figures
+}
+
+/// The broker's own floor: one record every 100 ms for 10 s from a producer
+/// with the relay's settings to a consumer with the consumers' fetch
+/// settings, on a topic of its own; sorted produce → consume times (ms).
+async fn broker_floor(bootstrap: &str, fetch_wait_max_ms: Option<u32>) -> Vec<f64> {
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+    const RECORDS: usize = 100;
+    let topic = format!("bench-floor-{}", &Uuid::new_v4().simple().to_string()[..10]);
+    create_topic(bootstrap, &topic, 1).await;
+    let mut consumer_config = ClientConfig::new();
+    consumer_config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", &topic)
+        .set("enable.auto.commit", "false");
+    if let Some(ms) = fetch_wait_max_ms {
+        consumer_config.set("fetch.wait.max.ms", ms.to_string());
+    }
+    let consumer: BaseConsumer = consumer_config.create().unwrap();
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(&topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&assignment).unwrap();
+    let (received, arrivals) = mpsc::channel::<(usize, Instant)>();
+    let reader = std::thread::spawn(move || {
+        let mut seen = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen < RECORDS && Instant::now() < deadline {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let index = message
+                    .key()
+                    .and_then(|key| std::str::from_utf8(key).ok())
+                    .and_then(|key| key.parse().ok());
+                if let Some(index) = index {
+                    let _ = received.send((index, Instant::now()));
+                    seen += 1;
+                }
+            }
+        }
+    });
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let mut sent = Vec::with_capacity(RECORDS);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for index in 0..RECORDS {
+        tick.tick().await;
+        sent.push(Instant::now());
+        let key = index.to_string();
+        producer
+            .send(
+                FutureRecord::to(&topic).key(&key).payload("{}"),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::task::spawn_blocking(move || reader.join())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut floor: Vec<f64> = arrivals
+        .try_iter()
+        .filter_map(|(index, at)| {
+            sent.get(index)
+                .map(|sent| at.duration_since(*sent).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    floor.sort_by(f64::total_cmp);
+    floor
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
