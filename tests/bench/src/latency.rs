@@ -441,7 +441,7 @@ async fn broker_floor(bootstrap: &str, fetch_wait_max_ms: Option<u32>) -> Vec<f6
 
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Message;
-    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::producer::FutureRecord;
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
     const RECORDS: usize = 100;
@@ -478,14 +478,7 @@ async fn broker_floor(bootstrap: &str, fetch_wait_max_ms: Option<u32>) -> Vec<f6
             }
         }
     });
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
+    let producer = crate::relay::relay_producer(bootstrap);
     let mut sent = Vec::with_capacity(RECORDS);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     for index in 0..RECORDS {

@@ -286,6 +286,18 @@ pub(crate) async fn relay_rate(
     (rows - published_before) / elapsed.as_secs_f64()
 }
 
+/// A producer with the relay's settings (publisher.rs): the baselines'.
+pub(crate) fn relay_producer(bootstrap: &str) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .create()
+        .unwrap()
+}
+
 /// The same records from a raw producer with the relay's settings, all
 /// enqueued at once: the broker's and librdkafka's ceiling.
 pub(crate) async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
@@ -294,14 +306,7 @@ pub(crate) async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     );
     create_topic(bootstrap, &topic, 6).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
+    let producer = relay_producer(bootstrap);
     let records: Vec<(String, String, String)> = (0..rows)
         .map(|i| {
             let order = uuid::Uuid::new_v4().to_string();
