@@ -2,8 +2,11 @@
 //! (415, 413, 400, 422 for shape), unknown routes (404, 405) and time-outs
 //! (503) are answered by the extractor and the layers in the same format.
 
+use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use uuid::Uuid;
 
 use super::problem::{FieldError, problem_response};
 
@@ -52,6 +55,13 @@ pub enum ApiError {
     /// 500: anything else unexpected; logged, never shown.
     #[error("{0}")]
     Internal(String),
+}
+
+/// The UUID a route's one path segment names, or a 400 problem saying it
+/// is not one.
+pub fn id_from_path(path: Result<Path<String>, PathRejection>) -> Result<Uuid, ApiError> {
+    let Path(text) = path.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
+    Uuid::try_parse(&text).map_err(|_| ApiError::InvalidId(text))
 }
 
 impl IntoResponse for ApiError {
@@ -118,5 +128,23 @@ impl IntoResponse for ApiError {
             _ => Vec::new(),
         };
         problem_response(status, problem_type, title, detail, errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_id_is_a_uuid_or_a_400() {
+        // Any UUID names an entity; whether it exists is the database's answer.
+        let id = Uuid::now_v7();
+        assert_eq!(id_from_path(Ok(Path(id.to_string()))).ok(), Some(id));
+        for text in ["42", "not-a-uuid", ""] {
+            assert!(matches!(
+                id_from_path(Ok(Path(text.to_owned()))),
+                Err(ApiError::InvalidId(shown)) if shown == text
+            ));
+        }
     }
 }

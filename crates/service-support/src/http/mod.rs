@@ -9,7 +9,7 @@ mod layers; // common middleware and fallbacks
 mod openapi; // /openapi.json and /docs
 mod problem; // problem documents and field errors
 
-pub use error::ApiError;
+pub use error::{ApiError, id_from_path};
 pub use json::{BODY_LIMIT, JsonBodyError, ValidJson, json_integer};
 pub use layers::{describe_metrics, trace_context, with_common_layers};
 pub use openapi::with_openapi_pages;

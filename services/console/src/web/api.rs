@@ -7,11 +7,10 @@ use axum::extract::{Path, Query, State};
 use idempotent_consumer::DltReason;
 use idempotent_consumer::tools::DltFilter;
 use serde::{Deserialize, Serialize};
-use service_support::http::{ApiError, FieldError, Problem, ValidJson};
+use service_support::http::{ApiError, FieldError, Problem, ValidJson, id_from_path};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use super::Console;
 use crate::dead_letters::{self, DeadLetter, DltError, Listing, RedriveResult};
@@ -51,8 +50,7 @@ pub(super) async fn get_journey(
     State(console): State<Console>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Journey>, ApiError> {
-    let Path(text) = id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
-    let id = Uuid::try_parse(&text).map_err(|_| ApiError::InvalidId(text.clone()))?;
+    let id = id_from_path(id)?;
     let journey = journey::find(&console.sources, id)
         .await
         .map_err(|error| journey_error(&error))?;

@@ -2,7 +2,7 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use serde::Serialize;
-use service_support::http::{ApiError, Problem};
+use service_support::http::{ApiError, Problem, id_from_path};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -46,8 +46,7 @@ pub(super) async fn get_reservation(
     State(state): State<AppState>,
     order_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ReservationResponse>, ApiError> {
-    let Path(text) = order_id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
-    let order_id = Uuid::try_parse(&text).map_err(|_| ApiError::InvalidId(text.clone()))?;
+    let order_id = id_from_path(order_id)?;
     let reservation = inventory::reservation(&state.pool, order_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no reservation for order {order_id}")))?;

@@ -12,11 +12,6 @@ impl OrderId {
         Self(Uuid::now_v7())
     }
 
-    /// Any UUID names an order; whether it exists is the database's answer.
-    pub fn parse(value: &str) -> Result<Self, uuid::Error> {
-        Uuid::try_parse(value).map(Self)
-    }
-
     pub fn as_uuid(self) -> Uuid {
         self.0
     }
@@ -50,13 +45,5 @@ mod tests {
         let second = OrderId::new();
         assert_eq!(first.as_uuid().get_version_num(), 7);
         assert!(second.as_uuid() > first.as_uuid());
-    }
-
-    #[test]
-    fn parses_uuid_text_and_refuses_anything_else() {
-        let id = OrderId::new();
-        assert_eq!(OrderId::parse(&id.to_string()).ok(), Some(id));
-        assert!(OrderId::parse("42").is_err());
-        assert!(OrderId::parse("not-a-uuid").is_err());
     }
 }

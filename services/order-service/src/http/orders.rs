@@ -14,7 +14,7 @@ use crate::events;
 use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
 use crate::orders::{self, Order, StatusChange};
 use crate::status::{self, CANCELLABLE, CANCELLED, Change, Transition};
-use service_support::http::{ApiError, trace_context};
+use service_support::http::{ApiError, id_from_path, trace_context};
 use service_support::http::{Problem, ValidJson};
 use service_support::telemetry;
 
@@ -264,8 +264,7 @@ pub(super) async fn get_order(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<axum::Json<OrderResponse>, ApiError> {
-    let Path(id) = id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
-    let order_id = OrderId::parse(&id).map_err(|_| ApiError::InvalidId(id.clone()))?;
+    let order_id = OrderId::from(id_from_path(id)?);
     let mut conn = state.pool.acquire().await?;
     let order = orders::find(&mut conn, order_id)
         .await?
@@ -307,8 +306,7 @@ pub(super) async fn cancel_order(
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(|rejection| ApiError::InvalidId(rejection.body_text()))?;
-    let order_id = OrderId::parse(&id).map_err(|_| ApiError::InvalidId(id.clone()))?;
+    let order_id = OrderId::from(id_from_path(id)?);
     tracing::Span::current().record("order.id", tracing::field::display(order_id));
     let key = idempotency_key(&headers)?;
     // The event continues this request's trace (the caller's, when tracing
