@@ -8,9 +8,9 @@ use idempotent_consumer::{DltInfo, DltReason, Record, decode_header};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::journey::rfc3339;
 use crate::kafka::{self, ScanError};
 use crate::sources::{Db, FLOWS, Flow, Sources, flow_of_dlt};
+use crate::text::rfc3339;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DltError {

@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 
 use crate::kafka::{self, ScanError, Start};
 use crate::sources::{Db, FLOWS, Flow, Sources};
+use crate::text::chain;
 
 /// Thresholds of compose/prometheus/alerts.yml, shown beside the numbers.
 pub const LAG_ALERT: i64 = 1_000;
@@ -195,7 +196,7 @@ fn dlt_health(
         health.unredriven += end - redriven.unwrap_or(low).max(low);
         if end > low {
             let last = kafka::scan(
-                config,
+                consumer,
                 flow.dlt,
                 partition,
                 Start::Offset(end - 1),
@@ -391,18 +392,6 @@ fn alerts(
         }
     }
     alerts
-}
-
-/// An error and its sources, on one line.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

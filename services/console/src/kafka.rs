@@ -9,6 +9,7 @@ use idempotent_consumer::Record;
 use idempotent_consumer::topics::{self, TopicError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use time::OffsetDateTime;
 
@@ -139,24 +140,24 @@ fn offset_at(
         }))
 }
 
-/// Reads `topic`[`partition`] from `start` to the end it had when the scan
-/// began, at most `limit` records, keeping those `keep` wants.
+/// Reads `topic`[`partition`] with `consumer` (a [`reader`], which one
+/// caller uses for all its scans) from `start` to the end it had when the
+/// scan began, at most `limit` records, keeping those `keep` wants.
 pub fn scan(
-    config: &ClientConfig,
+    consumer: &BaseConsumer,
     topic: &str,
     partition: i32,
     start: Start,
     limit: u32,
     keep: &dyn Fn(&Record) -> bool,
 ) -> Result<Scanned, ScanError> {
-    let consumer = reader(config)?;
-    let (low, end) = watermarks(&consumer, topic, partition)?;
+    let (low, end) = watermarks(consumer, topic, partition)?;
     let wanted = match start {
         Start::Beginning => low,
         Start::Offset(offset) => offset,
         // A broker that cannot look offsets up by time is read from its
         // beginning: slower, still complete.
-        Start::Time(at) => offset_at(&consumer, topic, partition, at, end)
+        Start::Time(at) => offset_at(consumer, topic, partition, at, end)
             .ok()
             .flatten()
             .unwrap_or(low),
@@ -175,6 +176,20 @@ pub fn scan(
     let mut assignment = TopicPartitionList::new();
     assignment.add_partition_offset(topic, partition, Offset::Offset(from))?;
     consumer.assign(&assignment)?;
+    let read = read_to(consumer, topic, partition, stop, keep, &mut scanned);
+    // The next scan starts from a clean assignment.
+    consumer.unassign()?;
+    read.map(|()| scanned)
+}
+
+fn read_to(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    stop: i64,
+    keep: &dyn Fn(&Record) -> bool,
+    scanned: &mut Scanned,
+) -> Result<(), ScanError> {
     while scanned.to < stop {
         let message = match consumer.poll(TIMEOUT) {
             Some(message) => message?,
@@ -186,6 +201,10 @@ pub fn scan(
                 });
             }
         };
+        // A message fetched for an earlier scan's partition is not this one's.
+        if message.topic() != topic || message.partition() != partition {
+            continue;
+        }
         let record = Record::from_message(&message);
         // Offsets may have gaps (compaction, transaction markers).
         scanned.to = record.offset + 1;
@@ -193,7 +212,7 @@ pub fn scan(
             scanned.records.push(record);
         }
     }
-    Ok(scanned)
+    Ok(())
 }
 
 /// Runs blocking broker work off the runtime.

@@ -17,4 +17,5 @@ pub mod journey; // where a message or order has been
 pub mod kafka; // reading partitions without a group
 pub mod present; // the CLI's output
 pub mod sources; // the databases, the broker, the pipeline's shape
+pub mod text; // times and errors as the console writes them
 pub mod web; // the page and the JSON API

@@ -5,7 +5,8 @@ use std::io::Write;
 
 use crate::dead_letters::{DeadLetter, Listing, RedriveResult};
 use crate::health::Health;
-use crate::journey::{Journey, Matched, rfc3339};
+use crate::journey::{Journey, Matched};
+use crate::text::rfc3339;
 
 /// Writes `text`; a closed stdout ends the output quietly. Control
 /// characters other than newlines and tabs are escaped: a record's bytes

@@ -7,8 +7,6 @@
 mod records;
 mod rows; // what the databases hold // what the broker holds
 
-pub(crate) use rows::rfc3339;
-
 use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
@@ -123,7 +121,8 @@ impl Journey {
 /// The journey of `id`, a message id or an order id.
 pub async fn find(sources: &Sources, id: Uuid) -> Result<Journey, JourneyError> {
     let mut notes = Vec::new();
-    let (matched, key) = if rows::order_exists(sources, id).await? {
+    let ordered = rows::order_now(sources, &id.to_string()).await?;
+    let (matched, key) = if ordered.is_some() {
         (Some(Matched::Order), Some(id.to_string()))
     } else if let Some(key) = rows::key_of_message(sources, id).await? {
         (Some(Matched::Message), Some(key))
@@ -132,7 +131,7 @@ pub async fn find(sources: &Sources, id: Uuid) -> Result<Journey, JourneyError> 
         .unwrap_or_else(|error| {
             notes.push(format!(
                 "the DLTs could not be read: {}",
-                crate::health::chain(&error)
+                crate::text::chain(&error)
             ));
             None
         })
@@ -159,7 +158,10 @@ pub async fn find(sources: &Sources, id: Uuid) -> Result<Journey, JourneyError> 
     };
 
     let mut steps = rows::order_steps(sources, &key).await?;
-    let order = rows::order_now(sources, &key).await?;
+    let order = match ordered {
+        Some(order) => Some(order),
+        None => rows::order_now(sources, &key).await?,
+    };
     for flow in &FLOWS {
         let written = rows::outbox_steps(sources, flow, &key).await?;
         // The order's creation bounds the read from below even once its
@@ -175,7 +177,7 @@ pub async fn find(sources: &Sources, id: Uuid) -> Result<Journey, JourneyError> 
                 "{} and {} could not be read: {}",
                 flow.topic,
                 flow.dlt,
-                crate::health::chain(&error)
+                crate::text::chain(&error)
             )),
         }
         steps.extend(written.steps);

@@ -60,7 +60,7 @@ pub(super) async fn key_in_dead_letters(
             let mut found = Vec::new();
             for partition in 0..partitions {
                 let scanned =
-                    kafka::scan(&config, dlt, partition, Start::Beginning, limit, &|r| {
+                    kafka::scan(&consumer, dlt, partition, Start::Beginning, limit, &|r| {
                         message_id(r) == Some(id)
                     })?;
                 found.push((partition, scanned));
@@ -107,9 +107,9 @@ pub(super) async fn of_key(
             None => java_partition(&wanted, kafka::partition_count(&consumer, topic)?),
         };
         let keep = |record: &Record| record.key.as_deref() == Some(wanted.as_slice());
-        let source = kafka::scan(&config, topic, partition, start, limit, &keep)?;
+        let source = kafka::scan(&consumer, topic, partition, start, limit, &keep)?;
         // A dead letter goes to the DLT's partition of the same number.
-        let dead = kafka::scan(&config, dlt, partition, start, limit, &keep)?;
+        let dead = kafka::scan(&consumer, dlt, partition, start, limit, &keep)?;
         Ok((partition, source, dead))
     })
     .await?;

@@ -7,13 +7,7 @@ use uuid::Uuid;
 
 use super::{OrderNow, Step};
 use crate::sources::{Db, Flow, Sources};
-
-pub(super) async fn order_exists(sources: &Sources, id: Uuid) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("select exists (select 1 from orders where id = $1)")
-        .bind(id)
-        .fetch_one(sources.db(Db::Orders))
-        .await
-}
+use crate::text::rfc3339;
 
 /// The key (order id) of the message `id`, from whatever still knows it.
 pub(super) async fn key_of_message(
@@ -369,9 +363,4 @@ pub(super) async fn redrive_steps(
         }
     }
     Ok(steps)
-}
-
-pub(crate) fn rfc3339(at: OffsetDateTime) -> String {
-    at.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| at.to_string())
 }

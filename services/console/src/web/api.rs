@@ -14,8 +14,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::Console;
 use crate::dead_letters::{self, DeadLetter, DltError, Listing, RedriveResult};
-use crate::health::{self, Health, chain};
+use crate::health::{self, Health};
 use crate::journey::{self, Journey, JourneyError};
+use crate::text::chain;
 
 pub(super) fn journey_error(error: &JourneyError) -> ApiError {
     ApiError::Unavailable(chain(error))

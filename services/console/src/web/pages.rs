@@ -13,9 +13,10 @@ use uuid::Uuid;
 use super::Console;
 use super::api::{DltQuery, position};
 use crate::dead_letters::{self, DeadLetter, DltError, RedriveResult};
-use crate::health::{self, Health, chain};
-use crate::journey::{self, Journey, rfc3339};
+use crate::health::{self, Health};
+use crate::journey::{self, Journey};
 use crate::sources::FLOWS;
+use crate::text::{chain, rfc3339};
 
 const STYLE: &str = "
 body{font-family:system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
