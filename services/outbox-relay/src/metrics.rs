@@ -35,6 +35,11 @@ pub fn recorder() -> PrometheusHandle {
             metrics::Unit::Seconds,
             "Time from sending a batch to its last delivery report"
         );
+        metrics::describe_histogram!(
+            "relay_statement_duration_seconds",
+            metrics::Unit::Seconds,
+            "Poll mode: round trip of the leader's outbox statements, by statement (read: the batch; mark: its published rows)"
+        );
         metrics::describe_counter!(
             "relay_publish_failures_total",
             "Rows that failed to publish, by kind (poison, transient)"

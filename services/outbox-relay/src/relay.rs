@@ -168,9 +168,12 @@ async fn publish_batch(
     publisher: &mut Publisher,
 ) -> Result<BatchOutcome, LeadershipError> {
     let batch_size = settings.batch_size;
+    let read_at = Instant::now();
     let rows = leader
         .run(async |conn| store::fetch_pending(conn, batch_size).await)
         .await?;
+    metrics::histogram!("relay_statement_duration_seconds", "statement" => "read")
+        .record(read_at.elapsed().as_secs_f64());
     if rows.is_empty() {
         return Ok(BatchOutcome::Empty);
     }
@@ -197,9 +200,12 @@ async fn publish_batch(
     }
     if !published.is_empty() {
         let (after_publish, log) = (settings.after_publish, settings.delivery_log);
+        let marked_at = Instant::now();
         leader
             .run(async |conn| store::mark_published(conn, &published, after_publish, log).await)
             .await?;
+        metrics::histogram!("relay_statement_duration_seconds", "statement" => "mark")
+            .record(marked_at.elapsed().as_secs_f64());
     }
     metrics::counter!("outbox_published_total").increment(published.len() as u64);
     tracing::Span::current().record("published", published.len());

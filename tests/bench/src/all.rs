@@ -77,6 +77,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 duration: Duration::from_secs(15),
                 bin: bin.to_owned(),
                 fetch_wait_max_ms,
+                top_rate: None,
                 setups,
             })
             .await,

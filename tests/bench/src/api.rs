@@ -13,7 +13,7 @@ use crate::report::Figure;
 
 /// The order service's transaction, as SQL: one order, two items, one outbox
 /// row with the PedidoCriado payload.
-const ORDER_TRANSACTION: &str = r#"
+pub(crate) const ORDER_TRANSACTION: &str = r#"
 \set quantity random(1, 5)
 BEGIN;
 INSERT INTO orders (id, customer_id, status, created_at) VALUES (gen_random_uuid(), 'c-bench', 'PENDING', now()) RETURNING id \gset

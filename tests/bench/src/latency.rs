@@ -17,6 +17,7 @@ use test_support::process::{Service, free_port};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::cpu::Components;
 use crate::load::run_load;
 use crate::relay::Setup;
 use crate::report::Figure;
@@ -33,6 +34,12 @@ pub(crate) struct Args {
     /// librdkafka's default of 500 ms.
     #[arg(long)]
     pub(crate) fetch_wait_max_ms: Option<u32>,
+    /// The highest sustained rate (orders/s) the load levels are shares
+    /// of; unset, measured on each stack (16 clients, as fast as they go).
+    /// Set it to compare two builds at the same absolute loads: the
+    /// measured rate moves by a third between runs on a shared machine.
+    #[arg(long)]
+    pub(crate) top_rate: Option<f64>,
     /// The relay set-ups to measure, one after the other, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "poll")]
     pub(crate) setups: Vec<Setup>,
@@ -113,6 +120,8 @@ struct Stack {
     services: Vec<Service>,
     order_api: String,
     broker_address: String,
+    components: Components,
+    relay_http: String,
 }
 
 impl Stack {
@@ -210,7 +219,7 @@ impl Stack {
         ];
         back_args.extend(retain);
         services.push(Service::start(
-            "outbox-relay",
+            "outbox-relay (way back)",
             &format!("{bin}/outbox-relay"),
             &back_args,
             &quiet,
@@ -225,7 +234,27 @@ impl Stack {
                 .await
                 .unwrap();
         }
+        let mut components = Components::default();
+        components.process("tansu", broker.pid());
+        for service in &services {
+            components.process(&service.name, service.pid());
+        }
+        components.process("load generator (bench)", Some(std::process::id()));
+        let broker_storage = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&server(
+                "ENTREGA_BROKER_STORAGE_URL",
+                "postgres://postgres@127.0.0.1:5432/postgres",
+            ))
+            .await
+            .unwrap();
+        for (holds, database) in [("orders", &orders_db), ("inventory", &inventory_db)] {
+            components.server(holds, &connect(database).await).await;
+        }
+        components.server("broker storage", &broker_storage).await;
         Self {
+            components,
+            relay_http: relay_http.clone(),
             broker_address: broker.address.clone(),
             _broker: broker,
             orders_db,
@@ -334,6 +363,64 @@ impl Stack {
     }
 }
 
+/// The way-out relay's own account of its cycle, from its /metrics.
+#[derive(Debug, Default)]
+struct RelayCycle {
+    published: f64,
+    /// (sum of seconds, count) of each histogram.
+    publish: (f64, f64),
+    read: (f64, f64),
+    mark: (f64, f64),
+}
+
+impl RelayCycle {
+    async fn scrape(address: &str) -> Option<Self> {
+        let text = reqwest::get(format!("http://{address}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        let histogram = |name: &str, labels: &str| {
+            (
+                value(&format!("{name}_sum{labels} ")),
+                value(&format!("{name}_count{labels} ")),
+            )
+        };
+        Some(Self {
+            published: value("outbox_published_total "),
+            publish: histogram("relay_batch_publish_duration_seconds", ""),
+            read: histogram("relay_statement_duration_seconds", "{statement=\"read\"}"),
+            mark: histogram("relay_statement_duration_seconds", "{statement=\"mark\"}"),
+        })
+    }
+
+    /// "N batches of R rows; mean read a ms, send → last ack b ms, mark c ms".
+    fn since(&self, before: &Self) -> String {
+        let mean_ms = |now: (f64, f64), then: (f64, f64)| {
+            let count = now.1 - then.1;
+            if count > 0.0 {
+                format!("{:.1}", (now.0 - then.0) / count * 1000.0)
+            } else {
+                "-".to_owned()
+            }
+        };
+        let batches = self.publish.1 - before.publish.1;
+        format!(
+            "{batches:.0} batches, {:.1} rows each; mean read {} ms, send → last ack {} ms, mark {} ms",
+            (self.published - before.published) / batches.max(1.0),
+            mean_ms(self.read, before.read),
+            mean_ms(self.publish, before.publish),
+            mean_ms(self.mark, before.mark),
+        )
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -365,8 +452,9 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
         "broker floor ({settings}): produce → consume p50/p99 {} ms",
         p50_p99(&floor)
     );
-    // The highest sustained rate: as fast as 16 clients go, end to end.
-    let top = run_load(
+    // The highest sustained rate: as fast as 16 clients go, end to end
+    // (run even when given, as the same warm-up).
+    let measured = run_load(
         &stack.order_api,
         0,
         Duration::from_secs(10),
@@ -376,6 +464,8 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
     )
     .await
     .rate();
+    let top = args.top_rate.unwrap_or(measured);
+    println!("highest rate: {measured:.0} orders/s measured; load levels are shares of {top:.0}/s");
     if let Err(behind) = stack.latencies(OffsetDateTime::UNIX_EPOCH).await {
         panic!("{behind} at the highest rate");
     }
@@ -383,15 +473,39 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
     for share in [0.25, 0.5, 0.75] {
         let rate = (top * share).max(1.0);
         let since = OffsetDateTime::now_utc();
-        run_load(
-            &stack.order_api,
-            rate as u32,
-            args.duration,
-            16,
-            false,
-            false,
-        )
-        .await;
+        let cpu_before = stack.components.sample();
+        let relay_before = RelayCycle::scrape(&stack.relay_http).await;
+        // The broker's floor again, while the load runs: what the broker
+        // alone takes at this CPU pressure.
+        let (_, loaded_floor) = tokio::join!(
+            run_load(
+                &stack.order_api,
+                rate as u32,
+                args.duration,
+                16,
+                false,
+                false,
+            ),
+            broker_floor(&stack.broker_address, args.fetch_wait_max_ms),
+        );
+        println!(
+            "broker floor under {:.0} % load: produce → consume p50/p99 {} ms",
+            share * 100.0,
+            p50_p99(&loaded_floor)
+        );
+        let cpu = stack
+            .components
+            .between(&cpu_before, &stack.components.sample());
+        println!("CPU at {:.0} % load: {cpu}", share * 100.0);
+        if let (Some(before), Some(after)) =
+            (relay_before, RelayCycle::scrape(&stack.relay_http).await)
+        {
+            println!(
+                "relay at {:.0} % load: {}",
+                share * 100.0,
+                after.since(&before)
+            );
+        }
         let figure = match stack.latencies(since).await {
             Ok(l) => format!(
                 "commit → effect p50/p99 {} ms ({} orders at {rate:.0}/s; broker floor p99 {floor_p99:.0} ms); \

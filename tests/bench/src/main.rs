@@ -8,9 +8,11 @@
 mod all; // every benchmark, and docs/benchmarks.md
 mod api; // P1: POST /orders vs pgbench
 mod consumer; // P3: the consumer vs the same transaction in SQL
+mod cpu; // CPU per component while a load runs
 mod history; // P5: relay and consumer with ten million rows of history
 mod latency; // P4: created -> reserved latency under load
 mod load; // the load generator
+mod notify; // LISTEN/NOTIFY's cost on the order transaction
 mod pgbench; // pgbench runs as baselines
 mod relay; // P2: the relay draining pre-filled rows vs a raw producer
 mod report; // a result, and the generated table
@@ -45,6 +47,9 @@ enum Command {
     /// P6: P1 and P3 with the OTLP exporter on (sampling 100 %), beside
     /// tracing off.
     Tracing(tracing::Args),
+    /// What a NOTIFY in the order transaction costs it: pgbench with and
+    /// without, interleaved (why the poll relay polls).
+    Notify(notify::Args),
     /// Place orders at a rate (or as fast as possible) for a duration, and
     /// report 2xx/4xx/5xx and latency.
     Load(load::Args),
@@ -61,5 +66,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Latency(args) => latency::run(args).await,
         Command::History(args) => history::run(args).await,
         Command::Tracing(args) => tracing::run(args).await,
+        Command::Notify(args) => notify::run(args).await,
     }
 }

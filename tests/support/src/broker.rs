@@ -110,6 +110,11 @@ impl PrivateBroker {
         conn.close().await.unwrap();
     }
 
+    /// The broker process, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(Service::pid)
+    }
+
     /// SIGTERM, as an orderly broker shutdown.
     pub async fn stop(&mut self) {
         if let Some(process) = self.process.take() {

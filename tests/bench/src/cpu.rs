@@ -1,0 +1,185 @@
+//! CPU per component while a load runs: on a shared two-core machine a
+//! latency is as much about who else was busy as about the code measured.
+//! Read from /proc, so Linux only.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// `/proc` counts CPU time in USER_HZ, which the kernel's ABI fixes at 100
+/// whatever its internal tick rate.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// What a component is, for reading its CPU time.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// One process.
+    Process(u32),
+    /// A PostgreSQL server: the postmaster, the backends and workers it
+    /// runs now, and those that ended (the postmaster reaped them, so their
+    /// time is in its children's counts).
+    Server(u32),
+}
+
+/// The components of a stack, by name.
+#[derive(Debug, Default)]
+pub(crate) struct Components {
+    named: Vec<(String, Source)>,
+}
+
+/// CPU seconds used so far, per component, and when that was read.
+#[derive(Debug)]
+pub(crate) struct Sample {
+    at: Instant,
+    seconds: Vec<f64>,
+}
+
+impl Components {
+    pub(crate) fn process(&mut self, name: &str, pid: Option<u32>) {
+        if let Some(pid) = pid {
+            self.named.push((name.to_owned(), Source::Process(pid)));
+        }
+    }
+
+    /// The PostgreSQL server behind `pool`, named by what it holds; one
+    /// entry per server however many databases it hosts.
+    pub(crate) async fn server(&mut self, holds: &str, pool: &sqlx::PgPool) {
+        let Ok(backend) = sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
+            .fetch_one(pool)
+            .await
+        else {
+            return;
+        };
+        let Some(postmaster) = u32::try_from(backend).ok().and_then(parent) else {
+            return;
+        };
+        for (name, source) in &mut self.named {
+            if matches!(source, Source::Server(pid) if *pid == postmaster) {
+                name.push_str(", ");
+                name.push_str(holds);
+                return;
+            }
+        }
+        self.named
+            .push((format!("PostgreSQL: {holds}"), Source::Server(postmaster)));
+    }
+
+    pub(crate) fn sample(&self) -> Sample {
+        let stats = all_stats();
+        let seconds = self
+            .named
+            .iter()
+            .map(|(_, source)| {
+                let ticks = match *source {
+                    Source::Process(pid) => stats.get(&pid).map_or(0, |s| s.own),
+                    Source::Server(postmaster) => stats
+                        .iter()
+                        .filter(|(pid, s)| **pid == postmaster || s.parent == postmaster)
+                        .map(|(pid, s)| {
+                            if *pid == postmaster {
+                                s.own + s.children
+                            } else {
+                                s.own
+                            }
+                        })
+                        .sum(),
+                };
+                ticks as f64 / TICKS_PER_SECOND
+            })
+            .collect();
+        Sample {
+            at: Instant::now(),
+            seconds,
+        }
+    }
+
+    /// Each component's share of one core between two samples, busiest
+    /// first: "tansu 61 %, PostgreSQL: orders 48 %, …".
+    pub(crate) fn between(&self, before: &Sample, after: &Sample) -> String {
+        let wall = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
+        let mut shares: Vec<(&str, f64)> = self
+            .named
+            .iter()
+            .zip(before.seconds.iter().zip(&after.seconds))
+            .map(|((name, _), (b, a))| (name.as_str(), (a - b).max(0.0) / wall * 100.0))
+            .collect();
+        shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let total: f64 = shares.iter().map(|(_, share)| share).sum();
+        let listed: Vec<String> = shares
+            .iter()
+            .map(|(name, share)| format!("{name} {share:.0} %"))
+            .collect();
+        format!("{} (sum {total:.0} % of 200 %)", listed.join(", "))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stat {
+    parent: u32,
+    /// utime + stime, in ticks.
+    own: u64,
+    /// cutime + cstime: reaped children's.
+    children: u64,
+}
+
+fn stat_of(pid: u32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces or ')'.
+    let after_name = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Counted from field 3 (state): ppid is field 4, utime 14 … cstime 17.
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    Some(Stat {
+        parent: u32::try_from(field(4)?).ok()?,
+        own: field(14)? + field(15)?,
+        children: field(16)? + field(17)?,
+    })
+}
+
+fn parent(pid: u32) -> Option<u32> {
+    stat_of(pid).map(|stat| stat.parent)
+}
+
+fn all_stats() -> HashMap<u32, Stat> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, stat_of(pid)?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_spending_cpu_is_seen_spending_it() {
+        let mut components = Components::default();
+        components.process("bench", Some(std::process::id()));
+        let before = components.sample();
+        assert_eq!(before.seconds.len(), 1);
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        let mut spin = 0_u64;
+        let mut after = components.sample();
+        while after.seconds[0] - before.seconds[0] < 0.05 && Instant::now() < deadline {
+            for _ in 0..1_000_000 {
+                spin = std::hint::black_box(spin.wrapping_add(1));
+            }
+            after = components.sample();
+        }
+        assert!(
+            after.seconds[0] - before.seconds[0] >= 0.05,
+            "no CPU time seen for this process in /proc"
+        );
+        assert!(components.between(&before, &after).starts_with("bench "));
+    }
+
+    #[test]
+    fn the_parent_is_read_past_the_command_name() {
+        // The parent of this process is read from the fields after the name.
+        let parent = parent(std::process::id()).unwrap();
+        assert_eq!(Some(parent), Some(std::os::unix::process::parent_id()));
+    }
+}
