@@ -38,7 +38,7 @@ pub fn recorder() -> PrometheusHandle {
         metrics::describe_histogram!(
             "relay_statement_duration_seconds",
             metrics::Unit::Seconds,
-            "Poll mode: round trip of the leader's outbox statements, by statement (read: the batch; mark: its published rows)"
+            "Poll mode: round trip of the leader's outbox statements, by statement (read: a read that found rows; mark: the published rows of a batch)"
         );
         metrics::describe_counter!(
             "relay_publish_failures_total",

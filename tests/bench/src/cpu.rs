@@ -49,7 +49,14 @@ impl Components {
         else {
             return;
         };
-        let Some(postmaster) = u32::try_from(backend).ok().and_then(parent) else {
+        // A server in a container or on another host has a backend pid of
+        // another pid namespace: count nothing rather than a stranger.
+        let Some(postmaster) = u32::try_from(backend)
+            .ok()
+            .filter(|pid| is_postgres(*pid))
+            .and_then(parent)
+            .filter(|pid| is_postgres(*pid))
+        else {
             return;
         };
         for (name, source) in &mut self.named {
@@ -108,7 +115,12 @@ impl Components {
             .iter()
             .map(|(name, share)| format!("{name} {share:.0} %"))
             .collect();
-        format!("{} (sum {total:.0} % of 200 %)", listed.join(", "))
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        format!(
+            "{} (sum {total:.0} % of {} %)",
+            listed.join(", "),
+            cores * 100
+        )
     }
 }
 
@@ -122,7 +134,11 @@ struct Stat {
 }
 
 fn stat_of(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// One `/proc/<pid>/stat` line (proc(5)).
+fn parse_stat(text: &str) -> Option<Stat> {
     // The command name is in parentheses and may hold spaces or ')'.
     let after_name = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
@@ -133,6 +149,11 @@ fn stat_of(pid: u32) -> Option<Stat> {
         own: field(14)? + field(15)?,
         children: field(16)? + field(17)?,
     })
+}
+
+fn is_postgres(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|comm| comm.trim_end() == "postgres")
 }
 
 fn parent(pid: u32) -> Option<u32> {
@@ -177,9 +198,13 @@ mod tests {
     }
 
     #[test]
-    fn the_parent_is_read_past_the_command_name() {
-        // The parent of this process is read from the fields after the name.
-        let parent = parent(std::process::id()).unwrap();
-        assert_eq!(Some(parent), Some(std::os::unix::process::parent_id()));
+    fn a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+        // majflt cmajflt utime stime cutime cstime …
+        let line = "4242 (a) b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 1 0";
+        let stat = parse_stat(line).unwrap();
+        assert_eq!((stat.parent, stat.own, stat.children), (17, 300, 10));
+        assert!(parse_stat("4242 (no closing parenthesis S 17").is_none());
+        assert!(parse_stat("4242 (short) S 17 1 1").is_none());
     }
 }

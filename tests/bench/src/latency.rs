@@ -219,7 +219,7 @@ impl Stack {
         ];
         back_args.extend(retain);
         services.push(Service::start(
-            "outbox-relay (way back)",
+            "outbox-relay-way-back",
             &format!("{bin}/outbox-relay"),
             &back_args,
             &quiet,

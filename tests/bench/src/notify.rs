@@ -33,17 +33,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     listener.listen("outbox").await?;
     let drain = tokio::spawn(async move { while listener.recv().await.is_ok() {} });
     let (mut plain, mut notify) = (Vec::new(), Vec::new());
-    for _ in 0..args.rounds {
-        plain.push(
-            pgbench::tps(
-                &database.url(),
-                ORDER_TRANSACTION,
-                args.clients,
-                args.duration,
-            )
-            .await,
-        );
-        notify.push(pgbench::tps(&database.url(), &notifying, args.clients, args.duration).await);
+    // Interleaved, and each goes first in turn: the outbox grows as they run.
+    for round in 0..args.rounds {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for notifies in order {
+            let (script, rates) = if notifies {
+                (notifying.as_str(), &mut notify)
+            } else {
+                (ORDER_TRANSACTION, &mut plain)
+            };
+            rates.push(pgbench::tps(&database.url(), script, args.clients, args.duration).await);
+        }
     }
     drain.abort();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
