@@ -381,11 +381,7 @@ impl RelayCycle {
             .text()
             .await
             .ok()?;
-        let value = |name: &str| -> f64 {
-            text.lines()
-                .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-                .unwrap_or(0.0)
-        };
+        let value = |prefix: &str| test_support::metrics::sum(&text, prefix);
         let histogram = |name: &str, labels: &str| {
             (
                 value(&format!("{name}_sum{labels} ")),
