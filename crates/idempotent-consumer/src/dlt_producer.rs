@@ -1,15 +1,21 @@
 //! Publishing dead letters: to the DLT partition of the source's number,
 //! waiting for the broker's acknowledgement, until it comes. A dead letter
 //! the broker refuses as too large is sent again as its skeleton, so no
-//! record can hold its partition for ever.
+//! record can hold its partition for ever. After every failed attempt the
+//! producer, shared by all partitions, is rebuilt with a fresh producer id
+//! (`service_support::producer`): an idempotent producer whose deliveries
+//! timed out bumps its epoch, which some brokers then refuse for good.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
+use service_support::producer::{Generation, RebuildableProducer};
 use tokio_util::sync::CancellationToken;
 
 use super::dlt::DeadLetter;
@@ -20,6 +26,9 @@ use super::retry::{AttemptError, GaveUp, RetryPolicy};
 
 /// How long one send may wait to be enqueued when librdkafka's queue is full.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a send waiting on a full queue tries again.
+const QUEUE_POLL: Duration = Duration::from_millis(100);
 
 /// The producer's settings: idempotent, acknowledged by every in-sync
 /// replica, and a delivery timeout of 30 s so that a broker that will not
@@ -34,14 +43,15 @@ pub fn producer_settings() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Where dead letters go.
+/// Where dead letters go. Clones (one per partition worker) share one
+/// producer, so that a rebuild serves every partition at once.
 #[derive(Clone)]
 pub struct DltProducer {
-    pub producer: FutureProducer,
-    pub topic: String,
+    producer: Arc<RebuildableProducer>,
+    topic: String,
     /// The consumer group, for `kafka_dlt-original-consumer-group`.
-    pub group: String,
-    pub health: Health,
+    group: String,
+    health: Health,
 }
 
 impl std::fmt::Debug for DltProducer {
@@ -65,6 +75,24 @@ fn is_too_large(error: &KafkaError) -> bool {
 }
 
 impl DltProducer {
+    /// A producer of dead letters to `topic`, built from `config` (the
+    /// client settings with [`producer_settings`] on top) and rebuilt from
+    /// it after failures; `health` shows the partitions whose dead letter
+    /// fails to publish.
+    pub fn new(
+        config: ClientConfig,
+        topic: impl Into<String>,
+        group: impl Into<String>,
+        health: Health,
+    ) -> Result<Self, KafkaError> {
+        Ok(Self {
+            producer: Arc::new(RebuildableProducer::new(config)?),
+            topic: topic.into(),
+            group: group.into(),
+            health,
+        })
+    }
+
     /// Publishes `source`'s dead letter and waits for the acknowledgement,
     /// retrying with a capped backoff; `false` if `cancel` came first.
     pub async fn publish(
@@ -119,6 +147,8 @@ impl DltProducer {
         }
     }
 
+    /// Sends `letter` and waits for its acknowledgement; a failure rebuilds
+    /// the producer it was handed to.
     async fn send(&self, letter: &DeadLetter) -> Result<(), KafkaError> {
         let headers = letter.headers.iter().fold(
             OwnedHeaders::new_with_capacity(letter.headers.len()),
@@ -138,11 +168,46 @@ impl DltProducer {
         if let Some(value) = &letter.value {
             record = record.payload(value.as_slice());
         }
-        self.producer
-            .send(record, QUEUE_WAIT)
-            .await
-            .map(drop)
-            .map_err(|(error, _)| error)
+        let queue_wait_ends = Instant::now() + QUEUE_WAIT;
+        let (delivery, generation) = loop {
+            // The generation a failure to enqueue rebuilds: read before the
+            // attempt, so that a producer replaced meanwhile is not rebuilt
+            // again.
+            let generation = self.producer.generation();
+            match self.producer.send_result(record) {
+                Ok(sent) => break sent,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned))
+                    if Instant::now() < queue_wait_ends =>
+                {
+                    record = returned;
+                    tokio::time::sleep(QUEUE_POLL).await;
+                }
+                Err((error, _)) => return Err(self.failed(error, generation)),
+            }
+        };
+        match delivery.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((error, _))) => Err(self.failed(error, generation)),
+            // The producer was dropped with the record in it: rebuilt
+            // after another partition's failure.
+            Err(_canceled) => Err(KafkaError::Canceled),
+        }
+    }
+
+    /// Rebuilds the producer that failed (unless another partition's
+    /// failure did already) and hands the error back.
+    fn failed(&self, error: KafkaError, generation: Generation) -> KafkaError {
+        let fatal = self.producer.fatal_error();
+        if self.producer.rebuild(generation) {
+            metrics::counter!("consumer_dlt_producer_rebuilds_total").increment(1);
+            match fatal {
+                Some((code, reason)) => tracing::error!(?code, %reason,
+                    "fatal error of the dead-letter producer; rebuilt it"),
+                None => tracing::info!(error.message = %error,
+                    "rebuilt the dead-letter producer after a failed send"),
+            }
+        }
+        error
     }
 }
 

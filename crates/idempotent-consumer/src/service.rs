@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
 use service_support::kafka::PassthroughError;
 use tokio_util::sync::CancellationToken;
 
@@ -75,17 +74,17 @@ pub async fn serve<H: Handler>(
     if !wait_for_topics(options, &shutdown).await? {
         return Ok(());
     }
-    let producer: FutureProducer = options.kafka_config(&producer_settings())?.create()?;
+    let dlt = DltProducer::new(
+        options.kafka_config(&producer_settings())?,
+        &options.dlt_topic,
+        &options.group,
+        health.clone(),
+    )?;
     let consumer_name = handler.consumer_name();
     let pipeline = Pipeline {
         handler,
         database: Arc::clone(health.database()),
-        dlt: DltProducer {
-            producer,
-            topic: options.dlt_topic.clone(),
-            group: options.group.clone(),
-            health: health.clone(),
-        },
+        dlt,
         retry: RetryPolicy::fixed(options.retries, options.retry_backoff),
         health,
         consuming: shutdown.child_token(),
@@ -189,6 +188,10 @@ pub fn describe_metrics() {
         "consumer_dlt_truncated_total",
         "Dead letters too large for the broker, sent without their value"
     );
+    metrics::describe_counter!(
+        "consumer_dlt_producer_rebuilds_total",
+        "Dead-letter producers replaced by a fresh one (a new producer id) after a failed publish"
+    );
     for reason in DltReason::ALL {
         metrics::counter!("consumer_dlt_total", "reason" => reason.as_str()).absolute(0);
     }
@@ -196,6 +199,7 @@ pub fn describe_metrics() {
     metrics::counter!("consumer_retries_total").absolute(0);
     metrics::counter!("consumer_dlt_publish_failures_total").absolute(0);
     metrics::counter!("consumer_dlt_truncated_total").absolute(0);
+    metrics::counter!("consumer_dlt_producer_rebuilds_total").absolute(0);
     metrics::counter!("consumer_worker_restarts_total").absolute(0);
     metrics::gauge!("consumer_paused_partitions").set(0.0);
     metrics::gauge!("consumer_dlq_circuit_open").set(0.0);

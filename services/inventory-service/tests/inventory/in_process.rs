@@ -39,14 +39,13 @@ impl InProcess {
         let pipeline = Pipeline {
             handler,
             database: Arc::clone(health.database()),
-            dlt: DltProducer {
-                producer: client(&idempotent_consumer::producer_settings())
-                    .create()
-                    .unwrap(),
-                topic: test.dlt.clone(),
-                group: test.group.clone(),
-                health: health.clone(),
-            },
+            dlt: DltProducer::new(
+                client(&idempotent_consumer::producer_settings()),
+                &test.dlt,
+                &test.group,
+                health.clone(),
+            )
+            .unwrap(),
             retry: RetryPolicy::fixed(3, Duration::from_secs(1)),
             health: health.clone(),
             consuming: shutdown.child_token(),

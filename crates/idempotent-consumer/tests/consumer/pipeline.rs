@@ -2,9 +2,6 @@
 //! broker): what a batch comes to when duplicates and refusals sit among
 //! fresh records.
 
-// A failed unwrap in a test is a failed assertion with a backtrace.
-#![allow(clippy::unwrap_used)]
-
 use std::time::Duration;
 
 use idempotent_consumer::{
@@ -17,6 +14,8 @@ use test_support::database::TestDatabase;
 use test_support::kafka::{TopicReader, bootstrap_servers, create_topic, unique_name};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use crate::consumer_database;
 
 /// Records each applied message in `effects`; refuses a record whose value
 /// is `refuse`.
@@ -67,33 +66,21 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let server = std::env::var("INVENTORY_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inventory".to_owned());
-    let (database, pool) = TestDatabase::create_migrated(&server, "consumer_test", &[], 4).await;
-    pool.execute(
-        "create table mensagem_processada (consumidor text, mensagem_id uuid, processada_em timestamptz default now(),
-                                           primary key (consumidor, mensagem_id));
-         create table effects (message_id uuid primary key);",
-    )
-    .await
-    .unwrap();
+    let (database, pool) = consumer_database().await;
+    pool.execute("create table effects (message_id uuid primary key)")
+        .await
+        .unwrap();
     let bootstrap = bootstrap_servers();
     let topic = unique_name("pipelinetest");
     let dlt = format!("{topic}.dlt");
     create_topic(&bootstrap, &dlt, 1).await;
     let health = Health::new(Circuit::new(100, 0.5, 20), Database::new(pool.clone()));
+    let mut producer_config = ClientConfig::new();
+    producer_config.set("bootstrap.servers", &bootstrap);
     let pipeline = Pipeline {
         handler: Effects,
         database: std::sync::Arc::clone(health.database()),
-        dlt: DltProducer {
-            producer: ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .create()
-                .unwrap(),
-            topic: dlt.clone(),
-            group: "test".to_owned(),
-            health: health.clone(),
-        },
+        dlt: DltProducer::new(producer_config, &dlt, "test", health.clone()).unwrap(),
         retry: RetryPolicy::fixed(1, Duration::from_millis(10)),
         health,
         consuming: CancellationToken::new(),
