@@ -59,19 +59,29 @@ quietly() {
     fi
 }
 
-install_debian_package() {
-    local package="$1"
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-        log "installing Debian package $package"
-        quietly apt-get update
-        quietly env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$package"
-    else
-        die "install the Debian package $package (needs root)"
+# Installs Debian packages as root with apt-get, after saying which. With
+# ENTREGA_NO_INSTALL=1, or for anyone but root on Debian, installs nothing
+# and fails with the list, for whoever would rather install them themselves.
+install_debian_packages() {
+    (($# > 0)) || return 0
+    if [[ ${ENTREGA_NO_INSTALL:-} == 1 ]]; then
+        die "Debian packages needed: $*; ENTREGA_NO_INSTALL=1 forbids installing them (as root: apt-get install $*)"
     fi
+    if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        die "Debian packages needed: $* (as root: apt-get install $*)"
+    fi
+    log "installing Debian packages as root (apt-get install): $* (ENTREGA_NO_INSTALL=1 fails here instead)"
+    quietly apt-get update
+    quietly env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
 }
 
-# Installs the Debian package that provides a missing command.
+# Installs, at once, the Debian packages that provide missing commands:
+# require_command COMMAND PACKAGE [COMMAND PACKAGE ...]
 require_command() {
-    local command="$1" package="$2"
-    command -v "$command" >/dev/null 2>&1 || install_debian_package "$package"
+    local missing=()
+    while (($# >= 2)); do
+        command -v "$1" >/dev/null 2>&1 || missing+=("$2")
+        shift 2
+    done
+    install_debian_packages "${missing[@]}"
 }
