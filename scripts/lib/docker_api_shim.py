@@ -12,6 +12,11 @@ by Content-Length or chunked); responses are passed through as bytes. A
 request that upgrades the connection (exec and attach streams) turns it into
 a plain byte pipe both ways.
 
+The socket's directory must be this user's and closed to everyone else
+(mode 700): whoever can write it can put a socket of their own in place of
+this one, and root's Docker clients would talk to them. Any other
+directory is refused.
+
     python3 docker_api_shim.py --listen SOCKET --engine /var/run/docker.sock --max-version 1.41
 """
 
@@ -20,6 +25,8 @@ import asyncio
 import os
 import re
 import signal
+import stat
+import sys
 
 REQUEST_LINE = re.compile(rb"^(?P<method>\S+) /v(?P<major>\d+)\.(?P<minor>\d+)(?P<rest>/\S*) (?P<protocol>\S+)$")
 HEAD_LIMIT = 1 << 20
@@ -97,6 +104,21 @@ async def serve(client_reader, client_writer, engine_path: str, highest: tuple[i
             writer.close()
 
 
+def refusal(directory: str) -> str | None:
+    """Why `directory` may not hold the socket, or None when it may."""
+    try:
+        info = os.lstat(directory)
+    except OSError as error:
+        return f"{directory}: {error.strerror}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{directory} is not a directory (a symbolic link?)"
+    if info.st_uid != os.geteuid():
+        return f"{directory} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    if info.st_mode & 0o077:
+        return f"{directory} has mode {stat.S_IMODE(info.st_mode):o}: others may replace the socket in it (700 wanted)"
+    return None
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", required=True)
@@ -104,6 +126,8 @@ async def main() -> None:
     parser.add_argument("--max-version", required=True, help="the engine's API version, e.g. 1.41")
     args = parser.parse_args()
     major, minor = (int(part) for part in args.max_version.split("."))
+    if why := refusal(os.path.dirname(os.path.abspath(args.listen))):
+        sys.exit(f"docker_api_shim: refusing to listen there: {why}")
     if os.path.exists(args.listen):
         os.unlink(args.listen)
     server = await asyncio.start_unix_server(
