@@ -8,7 +8,8 @@ ENTREGA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # reuse them. Delete the folder to force a rebuild.
 ENTREGA_CACHE="${ENTREGA_CACHE:-$HOME/.cache/entrega}"
 # Per-clone state of the services this clone started: data, logs, pid files.
-ENTREGA_LOCAL="$ENTREGA_ROOT/.local"
+# Tests point it at a scratch directory to run the scripts on the side.
+ENTREGA_LOCAL="${ENTREGA_LOCAL:-$ENTREGA_ROOT/.local}"
 
 # Pinned versions: change them here and nowhere else.
 TANSU_VERSION="0.6.0"
@@ -56,6 +57,20 @@ quietly() {
     if ! output="$("$@" 2>&1)"; then
         printf '%s\n' "$output" | tail -n 40 >&2
         die "command failed: $*"
+    fi
+}
+
+# psql on a URL that may carry a password (the URLs `scripts/services env`
+# prints for its own PostgreSQL do): the password goes to psql through its
+# environment, as a command line is readable by every user. Passwords with
+# %-escapes are not decoded; the scripts' own are hex.
+psql_url() {
+    local url="$1"
+    shift
+    if [[ $url =~ ^(postgres(ql)?://[^:@/]+):([^@/]*)@(.*)$ ]]; then
+        PGPASSWORD="${BASH_REMATCH[3]}" psql "${BASH_REMATCH[1]}@${BASH_REMATCH[4]}" "$@"
+    else
+        psql "$url" "$@"
     fi
 }
 

@@ -79,10 +79,11 @@ fn orders_server() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
 }
 
-/// The server with `wal_level=logical` that scripts/services runs.
+/// The server with `wal_level=logical` that scripts/services runs. No
+/// default: that server wants the password its URL carries.
 pub(crate) fn logical_server() -> String {
     std::env::var("ENTREGA_CDC_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".to_owned())
+        .expect("ENTREGA_CDC_POSTGRES_URL is not set: run the benchmarks through scripts/bench")
 }
 
 /// SQL for a time-ordered UUID (the layout of v7) of row `i` of a fill whose

@@ -370,9 +370,9 @@ impl Pipeline {
             (Some(cluster), _) => (cluster.url("postgres"), cluster.url("postgres")),
             (None, Some(container)) => (container.url("postgres"), container.url("postgres")),
             (None, None) if options.relay_mode == RelayMode::Cdc => {
-                let logical = server(
-                    "ENTREGA_CDC_POSTGRES_URL",
-                    "postgres://postgres@127.0.0.1:5433/postgres",
+                // No default: scripts/services' server wants its password.
+                let logical = std::env::var("ENTREGA_CDC_POSTGRES_URL").expect(
+                    "ENTREGA_CDC_POSTGRES_URL is not set: run the tests through scripts/test",
                 );
                 (logical.clone(), logical)
             }

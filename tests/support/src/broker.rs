@@ -51,7 +51,6 @@ impl PrivateBroker {
     pub async fn restart(&mut self) {
         assert!(self.process.is_none(), "the broker is running");
         let url = format!("tcp://{}", self.address);
-        let storage = self.storage.url();
         self.process = Some(Service::start(
             "tansu",
             &required("ENTREGA_TANSU_BIN"),
@@ -63,10 +62,10 @@ impl PrivateBroker {
                 &url,
                 "--advertised-listener-url",
                 &url,
-                "--storage-engine",
-                &storage,
             ],
-            &[],
+            // Its storage URL carries a password: tansu reads it from the
+            // environment, as a command line is public.
+            &[("STORAGE_ENGINE", self.storage.url())],
         ));
         self.wait_until_it_answers(Duration::from_secs(30)).await;
     }

@@ -66,6 +66,26 @@ impl TestDatabase {
         self.url.clone()
     }
 
+    /// Creates `role`, which may log in with a password of its own, and
+    /// returns this database's URL as that role. The PostgreSQL that
+    /// scripts/services runs (and [`crate::postgres::PrivatePostgres`])
+    /// trusts no one: a role without a password could not log in there.
+    /// Dropping the role is the caller's.
+    pub async fn login_role(&self, role: &str) -> String {
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let mut admin = PgConnection::connect_with(&self.options).await.unwrap();
+        admin
+            .execute(format!(r#"create role "{role}" login password '{password}'"#).as_str())
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        let mut url = url::Url::parse(&self.url).expect("a PostgreSQL URL");
+        url.set_username(role).expect("a URL with a user name");
+        url.set_password(Some(&password))
+            .expect("a URL with a password");
+        url.to_string()
+    }
+
     pub async fn drop_now(&self) {
         drop_database(&self.maintenance, &self.name).await;
     }

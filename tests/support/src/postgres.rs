@@ -1,8 +1,12 @@
 //! A PostgreSQL cluster owned by one test, so the test may stop, crash and
 //! restart it. Uses the PostgreSQL binaries `scripts/services` caches
 //! (ENTREGA_POSTGRES_BIN); as root, runs them in a user namespace as an
-//! ordinary user, as the script does.
+//! ordinary user, as the script does. Like the script's, it asks for a
+//! password: as root it runs as a process that owns root's files, and any
+//! local user could otherwise write them through it (COPY ... TO).
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -19,7 +23,7 @@ fn required(name: &str) -> String {
 }
 
 /// The command prefix that runs PostgreSQL as a non-root user.
-fn unprivileged(program: String, args: Vec<String>) -> (String, Vec<String>) {
+pub fn unprivileged(program: String, args: Vec<String>) -> (String, Vec<String>) {
     if nix::unistd::geteuid().is_root() {
         let mut all = vec![
             "--user".to_owned(),
@@ -34,11 +38,23 @@ fn unprivileged(program: String, args: Vec<String>) -> (String, Vec<String>) {
     }
 }
 
-#[derive(Debug)]
 pub struct PrivatePostgres {
     pub port: u16,
+    /// The superuser's, made up for this cluster (hex: no URL escaping).
+    password: String,
     dir: PathBuf,
     process: Option<Service>,
+}
+
+impl std::fmt::Debug for PrivatePostgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Everything but the password.
+        f.debug_struct("PrivatePostgres")
+            .field("port", &self.port)
+            .field("dir", &self.dir)
+            .field("process", &self.process)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PrivatePostgres {
@@ -48,6 +64,17 @@ impl PrivatePostgres {
         let dir =
             std::env::temp_dir().join(format!("entrega-pg-{}", uuid::Uuid::new_v4().simple()));
         let data = dir.join("data");
+        std::fs::create_dir(&dir).expect("creating the cluster's directory");
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let password_file = dir.join("password");
+        // Private from its first byte: no moment in which others may read it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&password_file)
+            .and_then(|mut file| file.write_all(password.as_bytes()))
+            .expect("writing the password file");
         let (program, args) = unprivileged(
             bin.join("initdb").display().to_string(),
             [
@@ -55,7 +82,8 @@ impl PrivatePostgres {
                 &data.display().to_string(),
                 "-U",
                 "postgres",
-                "--auth=trust",
+                "--auth=scram-sha-256",
+                &format!("--pwfile={}", password_file.display()),
                 "--encoding=UTF8",
                 "--locale=C.UTF-8",
             ]
@@ -69,8 +97,10 @@ impl PrivatePostgres {
             .status()
             .expect("running initdb");
         assert!(status.success(), "initdb failed");
+        let _ = std::fs::remove_file(&password_file);
         let mut cluster = Self {
             port: free_port(),
+            password,
             dir,
             process: None,
         };
@@ -80,7 +110,10 @@ impl PrivatePostgres {
 
     /// The URL of database `database` on this cluster.
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        format!(
+            "postgres://postgres:{}@127.0.0.1:{}/{database}",
+            self.password, self.port
+        )
     }
 
     /// Starts the cluster again on the same port and data (after a stop or a crash).

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod install;
+mod postgres;
 mod shim;
 
 use std::path::{Path, PathBuf};
