@@ -4,6 +4,7 @@
 //! its own domain, HTTP API and wiring.
 
 pub mod config; // DatabaseUrl, durations, log format
+pub mod consumers; // the two consumers' names and their topics' and groups' defaults
 pub mod http; // problem+json, the JSON extractor, common layers, OpenAPI pages
 pub mod kafka; // librdkafka settings from the environment
 pub mod metrics; // the process-wide Prometheus recorder

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use clap::{Args, Parser, Subcommand};
 use idempotent_consumer::tools::DltFilter;
 use service_support::config::{DatabaseUrl, LogFormat, parse_database_url};
+use service_support::consumers;
 use url::Url;
 use uuid::Uuid;
 
@@ -69,6 +70,40 @@ pub struct SourceArgs {
     #[arg(long, env = "CONSOLE_SCAN_LIMIT", global = true, default_value_t = 50_000,
           value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub scan_limit: u32,
+
+    /// The topic the inventory service consumes, as it names it.
+    #[arg(long, env = "INVENTORY_TOPIC", global = true,
+          default_value = consumers::INVENTORY.topic)]
+    pub inventory_topic: String,
+
+    /// The inventory service's dead-letter topic, as it names it.
+    #[arg(long, env = "INVENTORY_DLT_TOPIC", global = true,
+          default_value = consumers::INVENTORY.dlt_topic)]
+    pub inventory_dlt_topic: String,
+
+    /// The inventory service's consumer group, as it names it: its lag, and
+    /// its redrive group (this + `.redrive`, as `inventory-service dlt
+    /// redrive` uses).
+    #[arg(long, env = "INVENTORY_GROUP", global = true,
+          default_value = consumers::INVENTORY.group)]
+    pub inventory_group: String,
+
+    /// The topic the order service's status consumer reads, as it names it.
+    #[arg(long, env = "ORDER_STATUS_TOPIC", global = true,
+          default_value = consumers::ORDER_STATUS.topic)]
+    pub order_status_topic: String,
+
+    /// The status consumer's dead-letter topic, as the order service names it.
+    #[arg(long, env = "ORDER_STATUS_DLT_TOPIC", global = true,
+          default_value = consumers::ORDER_STATUS.dlt_topic)]
+    pub order_status_dlt_topic: String,
+
+    /// The status consumer's group, as the order service names it (its
+    /// redrive group: this + `.redrive`, as `order-service dlt redrive`
+    /// uses).
+    #[arg(long, env = "ORDER_STATUS_GROUP", global = true,
+          default_value = consumers::ORDER_STATUS.group)]
+    pub order_status_group: String,
 
     /// The relays' election lock (`outbox-relay --lock-key`), to find the
     /// leader.
@@ -191,6 +226,47 @@ mod tests {
         assert_eq!(cli.sources.services.len(), 3);
         assert_eq!(cli.sources.services[2].name, "outbox-relay");
         assert_eq!(cli.sources.bootstrap_servers, "127.0.0.1:9092");
+    }
+
+    #[test]
+    fn the_consumers_are_named_as_their_services_name_them() {
+        let cli = Cli::try_parse_from(["entrega", "health"]).unwrap_or_else(|e| panic!("{e}"));
+        let names = |topic: &str, dlt: &str, group: &str| {
+            (topic.to_owned(), dlt.to_owned(), group.to_owned())
+        };
+        let s = &cli.sources;
+        assert_eq!(
+            names(
+                &s.inventory_topic,
+                &s.inventory_dlt_topic,
+                &s.inventory_group
+            ),
+            names("pedido.eventos", "pedido.eventos.dlt", "estoque")
+        );
+        assert_eq!(
+            names(
+                &s.order_status_topic,
+                &s.order_status_dlt_topic,
+                &s.order_status_group
+            ),
+            names("estoque.eventos", "estoque.eventos.dlt", "pedido")
+        );
+        let cli = Cli::try_parse_from([
+            "entrega",
+            "--inventory-group",
+            "estoque-blue",
+            "--order-status-group",
+            "pedido-blue",
+            "health",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (
+                cli.sources.inventory_group.as_str(),
+                cli.sources.order_status_group.as_str()
+            ),
+            ("estoque-blue", "pedido-blue")
+        );
     }
 
     #[test]

@@ -9,15 +9,13 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::kafka::{self, ScanError};
-use crate::sources::{Db, FLOWS, Flow, Sources, flow_of_dlt};
+use crate::sources::{Db, Flow, Sources};
 use crate::text::rfc3339;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DltError {
-    #[error(
-        "{0:?} is not a dead-letter topic of this pipeline (pedido.eventos.dlt, estoque.eventos.dlt)"
-    )]
-    UnknownTopic(String),
+    #[error("{topic:?} is not a dead-letter topic of this pipeline ({known})")]
+    UnknownTopic { topic: String, known: String },
     #[error("no dead letter at {topic}[{partition}]@{offset}")]
     NotFound {
         topic: String,
@@ -118,8 +116,18 @@ fn pretty(bytes: &[u8]) -> String {
         .unwrap_or_else(|| idempotent_consumer::escape_invalid_utf8(bytes).into_owned())
 }
 
-fn flow(topic: &str) -> Result<&'static Flow, DltError> {
-    flow_of_dlt(topic).ok_or_else(|| DltError::UnknownTopic(topic.to_owned()))
+fn flow<'a>(sources: &'a Sources, topic: &str) -> Result<&'a Flow, DltError> {
+    sources
+        .flow_of_dlt(topic)
+        .ok_or_else(|| DltError::UnknownTopic {
+            topic: topic.to_owned(),
+            known: sources
+                .flows
+                .iter()
+                .map(|flow| flow.dlt.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
 }
 
 /// What the DLTs hold that passes `filter`, newest first; records lost to
@@ -136,12 +144,12 @@ pub async fn list(
     filter: &DltFilter,
 ) -> Result<Listing, DltError> {
     let flows: Vec<&Flow> = match topic {
-        Some(topic) => vec![flow(topic)?],
-        None => FLOWS.iter().collect(),
+        Some(topic) => vec![flow(sources, topic)?],
+        None => sources.flows.iter().collect(),
     };
     let mut listing = Listing::default();
     for flow in flows {
-        let read = tools::list(sources.kafka.clone(), flow.dlt.to_owned(), filter.clone()).await?;
+        let read = tools::list(sources.kafka.clone(), flow.dlt.clone(), filter.clone()).await?;
         for gone in &read.expired {
             listing.notes.push(format!(
                 "{}[{}]: {} record(s) before offset {} deleted by retention",
@@ -167,7 +175,7 @@ pub async fn show(
     partition: i32,
     offset: i64,
 ) -> Result<DeadLetter, DltError> {
-    flow(topic)?;
+    flow(sources, topic)?;
     let read = tools::show(sources.kafka.clone(), topic.to_owned(), partition, offset).await?;
     read.records
         .first()
@@ -206,26 +214,26 @@ pub struct Prediction {
 }
 
 pub async fn predict(sources: &Sources, letter: &DeadLetter) -> Result<Prediction, DltError> {
-    let flow = flow(&letter.topic)?;
+    let flow = flow(sources, &letter.topic)?;
     let message_id: Option<Uuid> = letter.message_id.as_deref().and_then(|id| id.parse().ok());
     let order_id: Option<Uuid> = letter.key.as_deref().and_then(|key| key.parse().ok());
 
     let (config, group, dlt, partition) = (
         sources.kafka.clone(),
-        format!("{}.redrive", flow.group),
-        flow.dlt,
+        flow.redrive_group(),
+        flow.dlt.clone(),
         letter.partition,
     );
     let partitions = kafka::blocking({
-        let config = config.clone();
+        let (config, dlt) = (config.clone(), dlt.clone());
         move || {
             let consumer = kafka::reader(&config)?;
-            kafka::partition_count(&consumer, dlt)
+            kafka::partition_count(&consumer, &dlt)
         }
     })
     .await?;
     let committed =
-        kafka::blocking(move || kafka::committed(&config, &group, dlt, partitions)).await?;
+        kafka::blocking(move || kafka::committed(&config, &group, &dlt, partitions)).await?;
     let already_redriven = committed
         .get(usize::try_from(partition).unwrap_or(usize::MAX))
         .copied()
@@ -293,8 +301,8 @@ fn verdict(letter: &DeadLetter, flow: &Flow, now: &Prediction) -> Vec<String> {
     }
     if now.already_redriven {
         verdict.push(format!(
-            "already redriven: the redrive group {}.redrive is past this offset; a redrive publishes nothing",
-            flow.group
+            "already redriven: the redrive group {} is past this offset; a redrive publishes nothing",
+            flow.redrive_group()
         ));
     }
     if let Some(last) = now.redriven_before.last() {
@@ -396,7 +404,7 @@ pub async fn redrive(
     via: &'static str,
     dry_run: bool,
 ) -> Result<RedriveResult, DltError> {
-    let flow = flow(topic)?;
+    let flow = flow(sources, topic)?;
     let audit = Audit::new(sources.redrive_database(flow.consumer_db), operator, via)?;
     let letter = show(sources, topic, partition, offset).await?;
     let prediction = predict(sources, &letter).await?;
@@ -411,14 +419,14 @@ pub async fn redrive(
             dry_run: false,
             rate: 1_000,
             operator: Some(audit.operator().to_owned()),
-            redrive_group: Some(format!("{}.redrive", flow.group)),
+            redrive_group: Some(flow.redrive_group()),
         };
         let mut step = |step: tools::RedriveStep<'_>| {
             if let Some(to) = step.to_offset {
                 redriven_to = Some(format!("{}[{}]@{to}", step.to_topic, step.to_partition));
             }
         };
-        let group = format!("{}.redrive", flow.group);
+        let group = flow.redrive_group();
         tools::redrive(
             sources.kafka.clone(),
             topic.to_owned(),

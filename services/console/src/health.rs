@@ -10,7 +10,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::kafka::{self, ScanError, Start};
-use crate::sources::{Db, FLOWS, Flow, Sources};
+use crate::sources::{Db, Flow, Sources};
 use crate::text::chain;
 
 /// Thresholds of compose/prometheus/alerts.yml, shown beside the numbers.
@@ -109,11 +109,11 @@ pub struct ServiceHealth {
 
 pub async fn read(sources: &Sources) -> Health {
     let mut topics = Vec::new();
-    for flow in &FLOWS {
+    for flow in &sources.flows {
         topics.push(topic_health(sources, flow).await);
     }
     let mut outboxes = Vec::new();
-    for flow in &FLOWS {
+    for flow in &sources.flows {
         outboxes.push(outbox_health(sources, flow).await);
     }
     let mut services = Vec::new();
@@ -132,25 +132,25 @@ pub async fn read(sources: &Sources) -> Health {
 
 async fn topic_health(sources: &Sources, flow: &Flow) -> TopicHealth {
     let mut health = TopicHealth {
-        topic: flow.topic.to_owned(),
-        group: flow.group.to_owned(),
+        topic: flow.topic.clone(),
+        group: flow.group.clone(),
         partitions: Vec::new(),
         lag: 0,
         dlt: DltHealth {
-            topic: flow.dlt.to_owned(),
+            topic: flow.dlt.clone(),
             ..DltHealth::default()
         },
         error: None,
     };
     let config = sources.kafka.clone();
-    let flow = *flow;
+    let flow = flow.clone();
     let read = kafka::blocking(move || {
         let consumer = kafka::reader(&config)?;
-        let partitions = kafka::partition_count(&consumer, flow.topic)?;
-        let committed = kafka::committed(&config, flow.group, flow.topic, partitions)?;
+        let partitions = kafka::partition_count(&consumer, &flow.topic)?;
+        let committed = kafka::committed(&config, &flow.group, &flow.topic, partitions)?;
         let mut lags = Vec::new();
         for (partition, committed) in (0..partitions).zip(committed) {
-            let (low, end) = kafka::watermarks(&consumer, flow.topic, partition)?;
+            let (low, end) = kafka::watermarks(&consumer, &flow.topic, partition)?;
             let lag = (end - committed.unwrap_or(low)).max(0);
             lags.push(PartitionLag {
                 partition,
@@ -159,7 +159,7 @@ async fn topic_health(sources: &Sources, flow: &Flow) -> TopicHealth {
                 lag,
             });
         }
-        let dlt = dlt_health(&config, &consumer, flow)?;
+        let dlt = dlt_health(&config, &consumer, &flow)?;
         Ok((lags, dlt))
     })
     .await;
@@ -177,27 +177,22 @@ async fn topic_health(sources: &Sources, flow: &Flow) -> TopicHealth {
 fn dlt_health(
     config: &rdkafka::ClientConfig,
     consumer: &rdkafka::consumer::BaseConsumer,
-    flow: Flow,
+    flow: &Flow,
 ) -> Result<DltHealth, ScanError> {
-    let partitions = kafka::partition_count(consumer, flow.dlt)?;
-    let redriven = kafka::committed(
-        config,
-        &format!("{}.redrive", flow.group),
-        flow.dlt,
-        partitions,
-    )?;
+    let partitions = kafka::partition_count(consumer, &flow.dlt)?;
+    let redriven = kafka::committed(config, &flow.redrive_group(), &flow.dlt, partitions)?;
     let mut health = DltHealth {
-        topic: flow.dlt.to_owned(),
+        topic: flow.dlt.clone(),
         ..DltHealth::default()
     };
     for (partition, redriven) in (0..partitions).zip(redriven) {
-        let (low, end) = kafka::watermarks(consumer, flow.dlt, partition)?;
+        let (low, end) = kafka::watermarks(consumer, &flow.dlt, partition)?;
         health.depth += end - low;
         health.unredriven += end - redriven.unwrap_or(low).max(low);
         if end > low {
             let last = kafka::scan(
                 consumer,
-                flow.dlt,
+                &flow.dlt,
                 partition,
                 Start::Offset(end - 1),
                 1,
@@ -222,7 +217,7 @@ async fn outbox_health(sources: &Sources, flow: &Flow) -> OutboxHealth {
     let pool = sources.db(flow.producer);
     let mut health = OutboxHealth {
         database: flow.producer,
-        topic: flow.topic.to_owned(),
+        topic: flow.topic.clone(),
         pending: None,
         oldest_pending_seconds: None,
         parked: None,

@@ -1,11 +1,13 @@
 //! What the console reads: the two databases (in read-only sessions), the
 //! broker, the services' metrics; and the pipeline's shape, fixed by
 //! docs/architecture.md: which topic goes from which outbox to which
-//! consumer.
+//! consumer, with the topics and groups the services are configured with.
 
 use std::time::Duration;
 
+use idempotent_consumer::tools;
 use rdkafka::ClientConfig;
+use service_support::consumers;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -29,46 +31,52 @@ impl Db {
 }
 
 /// One leg of the pipeline: an outbox, its topic, the consumer of that
-/// topic and its DLT.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// topic and its DLT. Topics and group are the consumer's service's
+/// configuration, read from the same variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Flow {
-    pub topic: &'static str,
-    pub dlt: &'static str,
+    pub topic: String,
+    pub dlt: String,
     /// The outbox's `aggregatetype` (topic = aggregatetype + ".eventos").
     pub aggregate_type: &'static str,
     /// Where the outbox is.
     pub producer: Db,
     /// The consumer's name in `mensagem_processada`, its group, its database.
     pub consumer: &'static str,
-    pub group: &'static str,
+    pub group: String,
     pub consumer_db: Db,
 }
 
-/// The way out (an order to the inventory) and the way back.
-pub const FLOWS: [Flow; 2] = [
-    Flow {
-        topic: "pedido.eventos",
-        dlt: "pedido.eventos.dlt",
-        aggregate_type: "pedido",
-        producer: Db::Orders,
-        consumer: "estoque.reserva",
-        group: "estoque",
-        consumer_db: Db::Inventory,
-    },
-    Flow {
-        topic: "estoque.eventos",
-        dlt: "estoque.eventos.dlt",
-        aggregate_type: "estoque",
-        producer: Db::Inventory,
-        consumer: "pedido.status",
-        group: "pedido",
-        consumer_db: Db::Orders,
-    },
-];
+impl Flow {
+    /// The group whose offsets on the DLT mark what was redriven: the one
+    /// the service's `dlt redrive` uses.
+    pub fn redrive_group(&self) -> String {
+        tools::redrive_group(&self.group)
+    }
+}
 
-/// The flow whose DLT is `dlt`.
-pub fn flow_of_dlt(dlt: &str) -> Option<&'static Flow> {
-    FLOWS.iter().find(|flow| flow.dlt == dlt)
+/// The way out (an order to the inventory) and the way back.
+fn flows(args: &SourceArgs) -> [Flow; 2] {
+    [
+        Flow {
+            topic: args.inventory_topic.clone(),
+            dlt: args.inventory_dlt_topic.clone(),
+            aggregate_type: "pedido",
+            producer: Db::Orders,
+            consumer: consumers::INVENTORY.name,
+            group: args.inventory_group.clone(),
+            consumer_db: Db::Inventory,
+        },
+        Flow {
+            topic: args.order_status_topic.clone(),
+            dlt: args.order_status_dlt_topic.clone(),
+            aggregate_type: "estoque",
+            producer: Db::Inventory,
+            consumer: consumers::ORDER_STATUS.name,
+            group: args.order_status_group.clone(),
+            consumer_db: Db::Orders,
+        },
+    ]
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +94,8 @@ pub struct Sources {
     orders_redrive: PgConnectOptions,
     inventory_redrive: PgConnectOptions,
     pub kafka: ClientConfig,
+    /// The pipeline's two legs, as configured.
+    pub flows: [Flow; 2],
     pub services: Vec<ServiceUrl>,
     pub scan_limit: u32,
     pub relay_lock_key: i64,
@@ -136,6 +146,7 @@ impl Sources {
                 &args.inventory_database_url,
             ),
             kafka,
+            flows: flows(args),
             services: args.services.clone(),
             scan_limit: args.scan_limit,
             relay_lock_key: args.relay_lock_key,
@@ -144,6 +155,11 @@ impl Sources {
                 .build()
                 .unwrap_or_default(),
         })
+    }
+
+    /// The flow whose DLT is `dlt`.
+    pub fn flow_of_dlt(&self, dlt: &str) -> Option<&Flow> {
+        self.flows.iter().find(|flow| flow.dlt == dlt)
     }
 
     /// The read-only pool of `db`.

@@ -9,6 +9,7 @@ use idempotent_consumer::tools::DltCommand;
 use service_support::config::{
     DatabaseUrl, LogFormat, parse_database_url, parse_positive_duration,
 };
+use service_support::consumers;
 
 /// The inventory service: consumes pedido.eventos and reserves stock. With a
 /// subcommand, a tool for the dead-letter topic or the processed table.
@@ -44,7 +45,7 @@ pub struct Common {
     #[arg(
         long,
         env = "INVENTORY_TOPIC",
-        default_value = "pedido.eventos",
+        default_value = consumers::INVENTORY.topic,
         global = true
     )]
     pub topic: String,
@@ -53,7 +54,7 @@ pub struct Common {
     #[arg(
         long,
         env = "INVENTORY_DLT_TOPIC",
-        default_value = "pedido.eventos.dlt",
+        default_value = consumers::INVENTORY.dlt_topic,
         global = true
     )]
     pub dlt_topic: String,
@@ -62,7 +63,7 @@ pub struct Common {
     #[arg(
         long,
         env = "INVENTORY_GROUP",
-        default_value = "estoque",
+        default_value = consumers::INVENTORY.group,
         global = true
     )]
     pub group: String,

@@ -8,6 +8,7 @@ use idempotent_consumer::ConsumerOptions;
 use idempotent_consumer::tools::DltCommand;
 pub use service_support::config::{DatabaseUrl, LogFormat};
 use service_support::config::{parse_database_url, parse_positive_duration};
+use service_support::consumers;
 
 /// The order service: places orders and writes their outbox rows; consumes
 /// the inventory's outcomes into each order's status. With a subcommand, a
@@ -100,7 +101,7 @@ pub struct StatusConsumerArgs {
     pub bootstrap_servers: String,
 
     /// The inventory's outcomes.
-    #[arg(long, env = "ORDER_STATUS_TOPIC", default_value = "estoque.eventos")]
+    #[arg(long, env = "ORDER_STATUS_TOPIC", default_value = consumers::ORDER_STATUS.topic)]
     pub status_topic: String,
 
     /// Dead letters of the status consumer: at least as many partitions as
@@ -108,7 +109,7 @@ pub struct StatusConsumerArgs {
     #[arg(
         long,
         env = "ORDER_STATUS_DLT_TOPIC",
-        default_value = "estoque.eventos.dlt",
+        default_value = consumers::ORDER_STATUS.dlt_topic,
         global = true
     )]
     pub status_dlt_topic: String,
@@ -117,7 +118,7 @@ pub struct StatusConsumerArgs {
     #[arg(
         long,
         env = "ORDER_STATUS_GROUP",
-        default_value = "pedido",
+        default_value = consumers::ORDER_STATUS.group,
         global = true
     )]
     pub status_group: String,

@@ -17,7 +17,7 @@ pub use audit::{Audit, AuditEntry, OperatorError};
 pub use cli::{DltCommand, DltFilter, RedriveArgs};
 pub use dlt_read::{DltRead, Expired, ReadError, dead_lettered_at, matches};
 pub use list::{list, show};
-pub use redrive::{RedriveError, RedriveStep, RedriveSummary, redrive};
+pub use redrive::{RedriveError, RedriveStep, RedriveSummary, redrive, redrive_group};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
@@ -57,7 +57,7 @@ pub async fn run(
             let redrive_group = args
                 .redrive_group
                 .clone()
-                .unwrap_or_else(|| format!("{group}.redrive"));
+                .unwrap_or_else(|| redrive::redrive_group(group));
             let operator = args.operator.clone().unwrap_or_else(audit::login_name);
             let audit = Audit::new(database, &operator, "cli")?;
             let mut progress = present::redrive_progress(args.dry_run);

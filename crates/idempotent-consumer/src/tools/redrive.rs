@@ -72,6 +72,13 @@ pub enum RedriveError {
     Audit(#[source] sqlx::Error),
 }
 
+/// The redrive group of the consumer group `group`, the one a redrive uses
+/// unless told otherwise: its committed offsets on the DLT mark what was
+/// redriven, for every tool that redrives or says what was.
+pub fn redrive_group(group: &str) -> String {
+    format!("{group}.redrive")
+}
+
 fn group_consumer(config: &ClientConfig, group: &str) -> Result<BaseConsumer, RedriveError> {
     Ok(config
         .clone()

@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::kafka::ScanError;
-use crate::sources::{FLOWS, Sources};
+use crate::sources::Sources;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JourneyError {
@@ -162,7 +162,7 @@ pub async fn find(sources: &Sources, id: Uuid) -> Result<Journey, JourneyError> 
         Some(order) => Some(order),
         None => rows::order_now(sources, &key).await?,
     };
-    for flow in &FLOWS {
+    for flow in &sources.flows {
         let written = rows::outbox_steps(sources, flow, &key).await?;
         // The order's creation bounds the read from below even once its
         // outbox rows and log entries are gone.
@@ -183,7 +183,7 @@ pub async fn find(sources: &Sources, id: Uuid) -> Result<Journey, JourneyError> 
         steps.extend(written.steps);
     }
     let messages = message_ids(&steps);
-    for flow in &FLOWS {
+    for flow in &sources.flows {
         steps.extend(rows::processed_steps(sources, flow, &messages).await?);
     }
     steps.extend(rows::reservation_steps(sources, &key).await?);

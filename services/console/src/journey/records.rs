@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::Step;
 use super::rows::Written;
 use crate::kafka::{self, ScanError, Scanned, Start};
-use crate::sources::{FLOWS, Flow, Sources};
+use crate::sources::{Flow, Sources};
 
 /// Records written this long before the earliest outbox row are read too:
 /// clocks of the database and the broker differ.
@@ -50,17 +50,17 @@ pub(super) async fn key_in_dead_letters(
     id: Uuid,
     notes: &mut Vec<String>,
 ) -> Result<Option<String>, ScanError> {
-    for flow in &FLOWS {
+    for flow in &sources.flows {
         let config = sources.kafka.clone();
         let limit = sources.scan_limit;
-        let dlt = flow.dlt;
+        let dlt = flow.dlt.clone();
         let found = kafka::blocking(move || {
             let consumer = kafka::reader(&config)?;
-            let partitions = kafka::partition_count(&consumer, dlt)?;
+            let partitions = kafka::partition_count(&consumer, &dlt)?;
             let mut found = Vec::new();
             for partition in 0..partitions {
                 let scanned =
-                    kafka::scan(&consumer, dlt, partition, Start::Beginning, limit, &|r| {
+                    kafka::scan(&consumer, &dlt, partition, Start::Beginning, limit, &|r| {
                         message_id(r) == Some(id)
                     })?;
                 found.push((partition, scanned));
@@ -69,7 +69,7 @@ pub(super) async fn key_in_dead_letters(
         })
         .await?;
         for (partition, scanned) in found {
-            truncated(&scanned, dlt, partition, limit, notes);
+            truncated(&scanned, &flow.dlt, partition, limit, notes);
             if let Some(key) = scanned
                 .records
                 .iter()
@@ -98,23 +98,23 @@ pub(super) async fn of_key(
         .first()
         .map(|(_, partition, _)| *partition);
     let start = since.map_or(Start::Beginning, |at| Start::Time(at - CLOCK_SLACK));
-    let (topic, dlt) = (flow.topic, flow.dlt);
+    let (topic, dlt) = (flow.topic.clone(), flow.dlt.clone());
     let wanted = key.as_bytes().to_vec();
     let (partition, source, dead) = kafka::blocking(move || {
         let consumer = kafka::reader(&config)?;
         let partition = match logged_partition {
             Some(partition) => partition,
-            None => java_partition(&wanted, kafka::partition_count(&consumer, topic)?),
+            None => java_partition(&wanted, kafka::partition_count(&consumer, &topic)?),
         };
         let keep = |record: &Record| record.key.as_deref() == Some(wanted.as_slice());
-        let source = kafka::scan(&consumer, topic, partition, start, limit, &keep)?;
+        let source = kafka::scan(&consumer, &topic, partition, start, limit, &keep)?;
         // A dead letter goes to the DLT's partition of the same number.
-        let dead = kafka::scan(&consumer, dlt, partition, start, limit, &keep)?;
+        let dead = kafka::scan(&consumer, &dlt, partition, start, limit, &keep)?;
         Ok((partition, source, dead))
     })
     .await?;
-    truncated(&source, topic, partition, limit, notes);
-    truncated(&dead, dlt, partition, limit, notes);
+    truncated(&source, &flow.topic, partition, limit, notes);
+    truncated(&dead, &flow.dlt, partition, limit, notes);
 
     let mut copies: HashMap<Option<Uuid>, usize> = HashMap::new();
     for record in &source.records {

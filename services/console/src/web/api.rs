@@ -24,7 +24,7 @@ pub(super) fn journey_error(error: &JourneyError) -> ApiError {
 
 pub(super) fn dlt_error(error: DltError) -> ApiError {
     match error {
-        DltError::UnknownTopic(_) | DltError::NotFound { .. } => {
+        DltError::UnknownTopic { .. } | DltError::NotFound { .. } => {
             ApiError::NotFound(error.to_string())
         }
         DltError::Operator(_) => {

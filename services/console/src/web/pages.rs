@@ -15,7 +15,6 @@ use super::api::{DltQuery, position};
 use crate::dead_letters::{self, DeadLetter, DltError, RedriveResult};
 use crate::health::{self, Health};
 use crate::journey::{self, Journey};
-use crate::sources::FLOWS;
 use crate::text::{chain, rfc3339};
 
 const STYLE: &str = "
@@ -79,7 +78,7 @@ fn error_page(status: StatusCode, title: &str, detail: &str) -> Response {
 
 fn dlt_error_page(error: DltError) -> Response {
     match error {
-        DltError::UnknownTopic(_) | DltError::NotFound { .. } => {
+        DltError::UnknownTopic { .. } | DltError::NotFound { .. } => {
             error_page(StatusCode::NOT_FOUND, "Not found", &error.to_string())
         }
         DltError::Operator(_) => error_page(
@@ -286,7 +285,7 @@ pub(super) async fn dead_letters_page(
             form #dlt-filter action="/dead-letters" method="get" {
                 select name="topic" {
                     option value="" { "all DLTs" }
-                    @for flow in &FLOWS { option value=(flow.dlt) selected[selected(flow.dlt)] { (flow.dlt) } }
+                    @for flow in &console.sources.flows { option value=(flow.dlt) selected[selected(&flow.dlt)] { (flow.dlt) } }
                 }
                 " "
                 input name="reason" placeholder="reason" value=(query.reason.as_deref().unwrap_or_default());

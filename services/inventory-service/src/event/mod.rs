@@ -17,7 +17,7 @@ use idempotent_consumer::{DltReason, InvalidMessage, Record, quote};
 pub use sku::{SKU_PATTERN, Sku};
 
 /// The `consumidor` value in `mensagem_processada`.
-pub const CONSUMER_NAME: &str = "estoque.reserva";
+pub const CONSUMER_NAME: &str = service_support::consumers::INVENTORY.name;
 pub const EVENT_ORDER_CREATED: &str = "PedidoCriado";
 pub const EVENT_ORDER_CANCELLED: &str = "PedidoCancelado";
 const MAX_ITEMS: usize = 100;

@@ -11,7 +11,7 @@ use crate::orders;
 use idempotent_consumer::{Claimed, DltReason, Handler, InvalidMessage, Record, Verdict};
 
 /// The `consumidor` value in `mensagem_processada`.
-pub const CONSUMER_NAME: &str = "pedido.status";
+pub const CONSUMER_NAME: &str = service_support::consumers::ORDER_STATUS.name;
 
 /// Applies the inventory's outcomes to orders.
 #[derive(Debug, Clone, Copy, Default)]
