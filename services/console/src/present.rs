@@ -3,34 +3,28 @@
 
 use std::io::Write;
 
+use idempotent_consumer::tools::present::for_terminal;
+
 use crate::dead_letters::{DeadLetter, Listing, RedriveResult};
 use crate::health::Health;
 use crate::journey::{Journey, Matched};
 use crate::text::rfc3339;
 
-/// Writes `text`; a closed stdout ends the output quietly. Control
-/// characters other than newlines and tabs are escaped: a record's bytes
-/// must not drive the operator's terminal (ANSI sequences).
+/// Writes `text`; a closed stdout ends the output quietly. Escaped as the
+/// DLT tools escape theirs: a record's bytes must not drive the operator's
+/// terminal (ANSI and OSC sequences).
 fn out(text: &str) {
     let _ = std::io::stdout()
         .lock()
-        .write_all(printable(text).as_bytes());
-}
-
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+        .write_all(for_terminal(text.as_bytes()).as_bytes());
 }
 
 fn note(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{}", printable(text));
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{}",
+        for_terminal(text.as_bytes())
+    );
 }
 
 pub fn json<T: serde::Serialize>(value: &T) {
@@ -249,15 +243,4 @@ fn show(value: Option<i64>) -> String {
 
 fn flag(text: &str, value: Option<bool>) -> &str {
     if value == Some(true) { text } else { "" }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_record_cannot_drive_the_terminal() {
-        assert_eq!(
-            super::printable("id\u{1b}[2J ok\n\tnext"),
-            "id\\u{1b}[2J ok\n\tnext"
-        );
-    }
 }

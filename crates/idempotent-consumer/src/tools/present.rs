@@ -1,6 +1,8 @@
 //! The tools' output, and the only place in the library that prints: records
 //! and results to stdout (so they can be piped), notes and summaries to
 //! stderr. A closed stdout (`dlt list | head`) ends the listing quietly.
+//! Every line goes through [`for_terminal`]: a record's bytes cannot drive
+//! the operator's terminal.
 
 use std::io::Write;
 
@@ -9,22 +11,48 @@ use time::format_description::well_known::Rfc3339;
 
 use super::dlt_read::{DltRead, Expired, dead_lettered_at};
 use super::redrive::{RedriveStep, RedriveSummary};
-use crate::{DltInfo, Record, decode_header};
+use crate::{DltInfo, Record, decode_header, escape_invalid_utf8};
+
+/// Bytes as a terminal may show them: text as text, every byte that is not
+/// UTF-8 as `\xNN`, and every control character but newline and tab as
+/// `\u{..}`. A record's key, value and headers are anybody's bytes: raw,
+/// an escape sequence in them (ANSI colours, OSC window titles and
+/// hyperlinks, a carriage return over the line before) would act on the
+/// operator's terminal. Every tool that prints what a broker holds (these
+/// tools, the console) writes through it.
+pub fn for_terminal(bytes: &[u8]) -> String {
+    escape_invalid_utf8(bytes)
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
 
 /// Prints a line; false once stdout is gone.
 fn out(line: std::fmt::Arguments<'_>) -> bool {
-    writeln!(std::io::stdout().lock(), "{line}").is_ok()
+    writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        for_terminal(line.to_string().as_bytes())
+    )
+    .is_ok()
 }
 
 fn note(line: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{}",
+        for_terminal(line.to_string().as_bytes())
+    );
 }
 
 fn text(bytes: Option<&[u8]>) -> String {
-    bytes.map_or_else(
-        || "(null)".to_owned(),
-        |b| String::from_utf8_lossy(b).into_owned(),
-    )
+    bytes.map_or_else(|| "(null)".to_owned(), for_terminal)
 }
 
 fn at(record: &Record) -> String {
@@ -149,5 +177,19 @@ pub fn redrive_summary(summary: &RedriveSummary) {
         note(format_args!(
             "partition {partition} offset {offset}: a skeleton (sent without its value: too large for the broker), not redriven; `dlt show` says where the whole record is"
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_terminal;
+
+    #[test]
+    fn bytes_for_a_terminal_keep_text_and_escape_control_characters() {
+        assert_eq!(
+            for_terminal(b"id\x1b]0;pwn\x07 ok\r\n\tnext \xc2\x9b2J \xff"),
+            "id\\u{1b}]0;pwn\\u{7} ok\\u{d}\n\tnext \\u{9b}2J \\xFF"
+        );
+        assert_eq!(for_terminal("ação".as_bytes()), "ação");
     }
 }

@@ -7,3 +7,4 @@
 
 mod consumers;
 mod helpers;
+mod terminal;
