@@ -153,7 +153,120 @@ fn refuse(status: StatusCode, detail: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use axum::body::Body;
+    use clap::Parser;
+    use tower::ServiceExt;
+
     use super::*;
+    use crate::config::Cli;
+
+    /// The two ways to post a redrive: the JSON API and the page's form.
+    /// The topic is no DLT of the pipeline, so that a request the check
+    /// lets through is answered by its handler (404) before any I/O.
+    fn redrives(pairs: &[(&'static str, &'static str)]) -> [Request; 2] {
+        let api = (
+            "/api/dead-letters/not.a.dlt/0/0/redrive",
+            "application/json",
+            r#"{"operator": "ana", "dryRun": true}"#,
+        );
+        let page = (
+            "/dead-letters/not.a.dlt/0/0/redrive",
+            "application/x-www-form-urlencoded",
+            "operator=ana&action=dry-run",
+        );
+        [api, page].map(|(uri, content_type, body)| {
+            let mut request = Request::post(uri)
+                .header(header::CONTENT_TYPE, content_type)
+                .body(Body::from(body))
+                .unwrap_or_else(|e| panic!("{e}"));
+            request.headers_mut().extend(headers(pairs));
+            request
+        })
+    }
+
+    /// The console's answers to `requests`, with the default configuration
+    /// (nothing is connected until used).
+    async fn answers(requests: [Request; 2]) -> Vec<StatusCode> {
+        let cli = Cli::try_parse_from(["entrega", "serve"]).unwrap_or_else(|e| panic!("{e}"));
+        let sources = Sources::new(&cli.sources).unwrap_or_else(|e| panic!("{e}"));
+        let console = Console {
+            sources,
+            operator: "ana".to_owned(),
+        };
+        let mut statuses = Vec::new();
+        for request in requests {
+            let response = router(console.clone())
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|e| match e {});
+            statuses.push(response.status());
+        }
+        statuses
+    }
+
+    const HOST: (&str, &str) = ("host", "127.0.0.1:8090");
+
+    #[tokio::test]
+    async fn a_redrive_posted_from_another_site_is_refused() {
+        for cross_site in [
+            [HOST, ("origin", "http://attacker.example")],
+            [HOST, ("origin", "null")],
+            // Another port of the same machine is another origin.
+            [HOST, ("origin", "http://127.0.0.1:9999")],
+            [HOST, ("sec-fetch-site", "cross-site")],
+            [HOST, ("sec-fetch-site", "same-site")],
+        ] {
+            assert_eq!(
+                answers(redrives(&cross_site)).await,
+                [StatusCode::FORBIDDEN; 2],
+                "{cross_site:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_redrive_that_names_a_host_other_than_loopback_is_refused() {
+        for host in [
+            "attacker.example:8090",
+            "127.0.0.1.attacker.example:8090",
+            "10.0.0.5:8090",
+        ] {
+            let same_origin_otherwise = [("host", host), ("sec-fetch-site", "same-origin")];
+            assert_eq!(
+                answers(redrives(&same_origin_otherwise)).await,
+                [StatusCode::MISDIRECTED_REQUEST; 2],
+                "{host}"
+            );
+        }
+        assert_eq!(
+            answers(redrives(&[])).await,
+            [StatusCode::MISDIRECTED_REQUEST; 2],
+            "no Host header"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redrive_from_the_consoles_own_page_or_a_command_line_passes_the_check() {
+        for own in [
+            vec![
+                HOST,
+                ("origin", "http://127.0.0.1:8090"),
+                ("sec-fetch-site", "same-origin"),
+            ],
+            vec![
+                ("host", "localhost:8090"),
+                ("origin", "http://localhost:8090"),
+            ],
+            // curl: no Origin, no Sec-Fetch-Site.
+            vec![HOST],
+        ] {
+            assert_eq!(
+                answers(redrives(&own)).await,
+                [StatusCode::NOT_FOUND; 2],
+                "{own:?}: the handler answers (no such DLT)"
+            );
+        }
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
