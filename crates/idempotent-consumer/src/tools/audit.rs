@@ -8,7 +8,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// The longest operator name the table takes.
+/// The longest operator name taken, in characters as given (the table
+/// takes 200).
 pub const MAX_OPERATOR_LEN: usize = 200;
 
 /// Where redrives are recorded, and in whose name.
@@ -21,20 +22,68 @@ pub struct Audit {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    #[error("the operator's name is empty")]
+    #[error("the operator's name is empty or only whitespace")]
     Empty,
     #[error("the operator's name is longer than {MAX_OPERATOR_LEN} characters")]
     TooLong,
+    #[error("the operator's name holds a control character")]
+    Control,
 }
 
-/// Checks an operator's name as the table will.
+/// Checks an operator's name: at most [`MAX_OPERATOR_LEN`] characters, no
+/// control character (the name is printed, logged and stored: PostgreSQL
+/// refuses NUL), and one character that is not whitespace. The name is kept
+/// without the whitespace around it. [`operator_pattern`] states the same
+/// rule for an API's schema.
 pub fn valid_operator(name: &str) -> Result<&str, OperatorError> {
-    let name = name.trim();
-    match name.chars().count() {
-        0 => Err(OperatorError::Empty),
-        n if n > MAX_OPERATOR_LEN => Err(OperatorError::TooLong),
-        _ => Ok(name),
+    if name.chars().count() > MAX_OPERATOR_LEN {
+        return Err(OperatorError::TooLong);
     }
+    if name.chars().any(char::is_control) {
+        return Err(OperatorError::Control);
+    }
+    match name.trim() {
+        "" => Err(OperatorError::Empty),
+        name => Ok(name),
+    }
+}
+
+/// The control characters (Unicode Cc: `char::is_control`).
+const CONTROL: &[(char, char)] = &[('\u{0}', '\u{1f}'), ('\u{7f}', '\u{9f}')];
+/// The control characters and whitespace (Unicode White_Space:
+/// `char::is_whitespace`).
+const CONTROL_OR_WHITESPACE: &[(char, char)] = &[
+    ('\u{0}', '\u{20}'),
+    ('\u{7f}', '\u{a0}'),
+    ('\u{1680}', '\u{1680}'),
+    ('\u{2000}', '\u{200a}'),
+    ('\u{2028}', '\u{2029}'),
+    ('\u{202f}', '\u{202f}'),
+    ('\u{205f}', '\u{205f}'),
+    ('\u{3000}', '\u{3000}'),
+];
+
+/// [`valid_operator`]'s rule as a JSON Schema `pattern`: no control
+/// character, and one that is neither control nor whitespace. With
+/// `maxLength` [`MAX_OPERATOR_LEN`], a name matches exactly when
+/// `valid_operator` takes it. The classes name code points (`\uXXXX`), which
+/// ECMA 262 and Python read alike; `\s` would not do: each language's
+/// whitespace differs from Rust's.
+pub fn operator_pattern() -> String {
+    let class = |ranges: &[(char, char)]| -> String {
+        ranges
+            .iter()
+            .map(|&(first, last)| {
+                if first == last {
+                    format!("\\u{:04x}", u32::from(first))
+                } else {
+                    format!("\\u{:04x}-\\u{:04x}", u32::from(first), u32::from(last))
+                }
+            })
+            .collect()
+    };
+    let (control, blank) = (class(CONTROL), class(CONTROL_OR_WHITESPACE));
+    format!("^[^{control}]*[^{blank}][^{control}]*$")
 }
 
 /// The operator a command-line redrive runs as when none is named: the
@@ -161,11 +210,51 @@ mod tests {
     #[test]
     fn an_operator_is_named_within_the_tables_limit() {
         assert_eq!(valid_operator("  ana ").ok(), Some("ana"));
-        assert!(matches!(valid_operator("   "), Err(OperatorError::Empty)));
+        assert!(matches!(valid_operator(""), Err(OperatorError::Empty)));
+        assert!(matches!(
+            valid_operator(" \u{3000} "),
+            Err(OperatorError::Empty)
+        ));
         assert!(matches!(
             valid_operator(&"x".repeat(MAX_OPERATOR_LEN + 1)),
             Err(OperatorError::TooLong)
         ));
+        assert!(matches!(
+            valid_operator(&format!(" {}", "x".repeat(MAX_OPERATOR_LEN))),
+            Err(OperatorError::TooLong)
+        ));
         assert!(valid_operator(&"é".repeat(MAX_OPERATOR_LEN)).is_ok());
+        for control in ["ana\u{0}", "ana\n", "\u{1b}]0;x\u{7}", "ana\u{85}"] {
+            assert!(
+                matches!(valid_operator(control), Err(OperatorError::Control)),
+                "{control:?}"
+            );
+        }
+    }
+
+    fn within(ranges: &[(char, char)], c: char) -> bool {
+        ranges
+            .iter()
+            .any(|&(first, last)| (first..=last).contains(&c))
+    }
+
+    /// The pattern's classes are `char::is_control` and
+    /// `char::is_whitespace`, character for character.
+    #[test]
+    fn the_operator_pattern_names_the_characters_valid_operator_refuses() {
+        for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+            assert_eq!(within(CONTROL, c), c.is_control(), "{c:?}");
+            assert_eq!(
+                within(CONTROL_OR_WHITESPACE, c),
+                c.is_control() || c.is_whitespace(),
+                "{c:?}"
+            );
+        }
+        assert_eq!(
+            operator_pattern(),
+            "^[^\\u0000-\\u001f\\u007f-\\u009f]*\
+             [^\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028-\\u2029\\u202f\\u205f\\u3000]\
+             [^\\u0000-\\u001f\\u007f-\\u009f]*$"
+        );
     }
 }

@@ -6,10 +6,12 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use idempotent_consumer::DltReason;
 use idempotent_consumer::tools::DltFilter;
+use idempotent_consumer::tools::audit::{MAX_OPERATOR_LEN, operator_pattern};
 use serde::{Deserialize, Serialize};
 use service_support::http::{ApiError, FieldError, Problem, ValidJson, id_from_path};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::{IntoParams, ToSchema};
 
 use super::Console;
@@ -72,40 +74,67 @@ pub(super) async fn get_health(State(console): State<Console>) -> Json<Health> {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct DltQuery {
-    /// pedido.eventos.dlt or estoque.eventos.dlt; both when absent.
+    /// A dead-letter topic of the pipeline; every one when absent or empty.
     pub(super) topic: Option<String>,
-    /// A dlt-reason (invalid-json, schema-violation, retries-exhausted, …).
+    #[param(schema_with = reason_schema)]
     pub(super) reason: Option<String>,
-    /// The record key (the order id).
+    /// The record key (the order id); any when absent or empty.
     pub(super) key: Option<String>,
     /// Dead-lettered at or after (RFC 3339).
+    #[param(format = DateTime)]
     pub(super) since: Option<String>,
     /// Dead-lettered before (RFC 3339).
+    #[param(format = DateTime)]
     pub(super) until: Option<String>,
 }
 
+/// The `reason` parameter: one of the library's reasons.
+fn reason_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(DltReason::ALL.iter().map(|reason| reason.as_str())))
+        .description(Some("Only dead letters of this dlt-reason."))
+        .build()
+}
+
+/// Absent when empty or only whitespace; trimmed otherwise.
+fn given(value: &Option<String>) -> Option<String> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
 impl DltQuery {
-    /// The topic (none for all) and the filter; field errors for what is not valid.
+    /// As the page's form sends it: an empty field is no filter, and the
+    /// whitespace around a value (pasted) is not part of it.
+    pub(super) fn without_blanks(&self) -> Self {
+        Self {
+            topic: given(&self.topic),
+            reason: given(&self.reason),
+            key: given(&self.key),
+            since: given(&self.since),
+            until: given(&self.until),
+        }
+    }
+
+    /// The topic (none for all) and the filter; field errors for what is
+    /// not valid. A reason or a time is taken as given, as the API's
+    /// document states it: an empty one is not one.
     pub(super) fn parse(&self) -> Result<(Option<&str>, DltFilter), Vec<FieldError>> {
         let mut errors = Vec::new();
-        let blank = |value: &Option<String>| {
-            value
-                .as_deref()
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
-        };
         let time = |name: &str, value: &Option<String>, errors: &mut Vec<FieldError>| {
-            blank(value).and_then(|text| {
-                OffsetDateTime::parse(&text, &Rfc3339)
+            value.as_deref().and_then(|text| {
+                OffsetDateTime::parse(text, &Rfc3339)
                     .map_err(|_| {
                         errors.push(FieldError::new(format!("/{name}"), "not an RFC 3339 time"))
                     })
                     .ok()
             })
         };
-        let reason = blank(&self.reason).and_then(|text| {
-            DltReason::parse(&text)
+        let reason = self.reason.as_deref().and_then(|text| {
+            DltReason::parse(text)
                 .ok_or_else(|| errors.push(FieldError::new("/reason", "not a dlt-reason")))
                 .ok()
         });
@@ -123,7 +152,7 @@ impl DltQuery {
             topic,
             DltFilter {
                 reason,
-                key: blank(&self.key),
+                key: given(&self.key),
                 since,
                 until,
                 ..DltFilter::default()
@@ -136,8 +165,9 @@ impl DltQuery {
 #[utoipa::path(get, path = "/api/dead-letters", tag = "dead letters", params(DltQuery),
     responses(
         (status = 200, description = "The dead letters that pass the filter", body = Listing),
-        (status = 400, description = "An invalid query", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A query that cannot be read", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not a DLT of this pipeline", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An invalid reason or time", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The broker did not answer", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn list_dead_letters(
@@ -197,12 +227,26 @@ pub(super) async fn get_dead_letter(
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RedriveRequest {
-    /// Who redrives, for the audit.
-    #[schema(example = "ana")]
+    #[schema(schema_with = operator_schema)]
     operator: String,
     /// Say what would happen; publish nothing.
     #[serde(rename = "dryRun", default)]
     dry_run: bool,
+}
+
+/// The `operator` field: the audit's rule (`valid_operator`) as a schema.
+fn operator_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_OPERATOR_LEN))
+        .pattern(Some(operator_pattern()))
+        .description(Some(
+            "Who redrives, for the audit: no control character, not only whitespace \
+             (the whitespace around it is dropped)",
+        ))
+        .examples(["ana"])
+        .build()
 }
 
 /// Redrive one dead letter to its original topic (same id), or with
@@ -212,9 +256,10 @@ pub(super) struct RedriveRequest {
     request_body = RedriveRequest,
     responses(
         (status = 200, description = "What was done, or would be", body = RedriveResult),
-        (status = 400, description = "An invalid partition or offset, or body", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "An invalid partition or offset, or a body that is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such DLT or record", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "An invalid operator", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Content-Type is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A body of the wrong shape, or an invalid operator", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The broker or a database did not answer", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn redrive(
@@ -235,4 +280,52 @@ pub(super) async fn redrive(
     .await
     .map(Json)
     .map_err(dlt_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(reason: &str, since: &str) -> DltQuery {
+        DltQuery {
+            reason: Some(reason.to_owned()),
+            since: Some(since.to_owned()),
+            ..DltQuery::default()
+        }
+    }
+
+    fn refused(query: &DltQuery) -> Vec<String> {
+        query
+            .parse()
+            .err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|error| error.pointer)
+            .collect()
+    }
+
+    #[test]
+    fn the_api_takes_a_reason_or_time_as_given_and_the_page_drops_empty_fields() {
+        let (_, filter) = query("invalid-json", "2026-12-02T15:00:00+01:00")
+            .parse()
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(filter.reason, Some(DltReason::InvalidJson));
+        assert!(filter.since.is_some());
+        assert_eq!(refused(&query("", "")), ["#/reason", "#/since"]);
+        assert_eq!(
+            refused(&query("junk", " 2026-12-02T15:00:00Z")),
+            ["#/reason", "#/since"]
+        );
+        let (_, filter) = query(" ", "")
+            .without_blanks()
+            .parse()
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!((filter.reason, filter.since), (None, None));
+        let (_, filter) = query(" retries-exhausted ", " 2026-12-02T15:00:00Z ")
+            .without_blanks()
+            .parse()
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(filter.reason, Some(DltReason::RetriesExhausted));
+        assert!(filter.since.is_some());
+    }
 }

@@ -264,6 +264,7 @@ pub(super) async fn dead_letters_page(
     let Ok(Query(query)) = query else {
         return error_page(StatusCode::BAD_REQUEST, "Dead letters", "invalid query");
     };
+    let query = query.without_blanks();
     let (topic, filter) = match query.parse() {
         Ok(parsed) => parsed,
         Err(errors) => {
