@@ -10,7 +10,10 @@
 //! - every other variable must name a librdkafka property with a valid
 //!   value, or the service does not start, naming the variable;
 //! - the properties the delivery guarantees depend on ([`PROTECTED`]) are the
-//!   services' own: a variable that would set one stops the service.
+//!   services' own: a variable that would set one stops the service;
+//! - so are the properties a service derives from one of its own options
+//!   ([`Owned`]: the relay's `message.timeout.ms` is `--delivery-timeout`,
+//!   which its lease and send fence rest on): the error names the option.
 
 use std::ffi::OsString;
 
@@ -50,6 +53,15 @@ pub enum PassthroughError {
         "{variable} would set the librdkafka property {property}, which the delivery guarantees depend on: it cannot be overridden (unset {variable})"
     )]
     Protected { variable: String, property: String },
+    #[error(
+        "{variable} would set the librdkafka property {property}, which {option} sets: {reason} (unset {variable}; use {option})"
+    )]
+    Owned {
+        variable: String,
+        property: String,
+        option: &'static str,
+        reason: &'static str,
+    },
     #[error("a KAFKA_* environment variable's name or value is not UTF-8")]
     NotUtf8,
     #[error("{variable} would set the librdkafka property {property}: {reason}")]
@@ -58,6 +70,48 @@ pub enum PassthroughError {
         property: String,
         reason: String,
     },
+}
+
+/// librdkafka's aliases (its CONFIGURATION.md, "Alias for"): two names of
+/// one property. A variable naming either overrides a setting made under
+/// the other; left side by side, which one librdkafka applied last would
+/// depend on a map's order.
+const ALIASES: &[(&str, &str)] = &[
+    ("bootstrap.servers", "metadata.broker.list"),
+    ("max.in.flight", "max.in.flight.requests.per.connection"),
+    ("sasl.mechanism", "sasl.mechanisms"),
+    ("max.partition.fetch.bytes", "fetch.message.max.bytes"),
+    ("linger.ms", "queue.buffering.max.ms"),
+    ("retries", "message.send.max.retries"),
+    ("compression.type", "compression.codec"),
+    ("acks", "request.required.acks"),
+    ("delivery.timeout.ms", "message.timeout.ms"),
+    ("enable.auto.commit", "auto.commit.enable"),
+];
+
+/// The other name of `property`, if it has one.
+fn alias_of(property: &str) -> Option<&'static str> {
+    ALIASES.iter().find_map(|&(a, b)| {
+        if a == property {
+            Some(b)
+        } else if b == property {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
+
+/// Properties a service sets from one of its own options: a `KAFKA_*`
+/// variable may not set them (under any of their librdkafka names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owned {
+    /// Every librdkafka name of the properties (aliases included).
+    pub properties: &'static [&'static str],
+    /// The option that sets them, as the error names it.
+    pub option: &'static str,
+    /// Why they may not be set otherwise.
+    pub reason: &'static str,
 }
 
 /// The environment's `KAFKA_*` variables, sorted out.
@@ -95,6 +149,7 @@ fn is_kubernetes_service_variable(name: &str) -> bool {
 /// protected property, an unknown one or an invalid value.
 pub fn passthrough_from(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
+    owned: &[Owned],
 ) -> Result<Passthrough, PassthroughError> {
     let mut passthrough = Passthrough::default();
     for (variable, value) in vars {
@@ -117,8 +172,22 @@ pub fn passthrough_from(
             continue;
         }
         let property = suffix.to_ascii_lowercase().replace('_', ".");
-        if PROTECTED.contains(&property.as_str()) {
+        let names = [Some(property.as_str()), alias_of(&property)];
+        if names.iter().flatten().any(|name| PROTECTED.contains(name)) {
             return Err(PassthroughError::Protected { variable, property });
+        }
+        if let Some(own) = owned.iter().find(|own| {
+            names
+                .iter()
+                .flatten()
+                .any(|name| own.properties.contains(name))
+        }) {
+            return Err(PassthroughError::Owned {
+                variable,
+                property,
+                option: own.option,
+                reason: own.reason,
+            });
         }
         // librdkafka itself says whether it knows the property and takes the
         // value; no client is made.
@@ -156,7 +225,16 @@ pub fn client_config(
     bootstrap_servers: &str,
     settings: &[(&str, &str)],
 ) -> Result<ClientConfig, PassthroughError> {
-    let passthrough = passthrough_from(std::env::vars_os())?;
+    client_config_owning(bootstrap_servers, settings, &[])
+}
+
+/// [`client_config`], refusing the [`Owned`] properties as overrides too.
+pub fn client_config_owning(
+    bootstrap_servers: &str,
+    settings: &[(&str, &str)],
+    owned: &[Owned],
+) -> Result<ClientConfig, PassthroughError> {
+    let passthrough = passthrough_from(std::env::vars_os(), owned)?;
     if !passthrough.ignored.is_empty() {
         tracing::debug!(ignored = ?passthrough.ignored, "KAFKA_* Kubernetes service variables are not client properties");
     }
@@ -165,10 +243,19 @@ pub fn client_config(
     for (key, value) in settings {
         config.set(*key, *value);
     }
-    for (key, value) in passthrough.properties {
+    override_with(&mut config, passthrough.properties);
+    Ok(config)
+}
+
+/// Sets `properties` over `config`: each replaces a setting made under its
+/// alias, so the variable wins whichever name either used.
+fn override_with(config: &mut ClientConfig, properties: Vec<(String, String)>) {
+    for (key, value) in properties {
+        if let Some(alias) = alias_of(&key) {
+            config.remove(alias);
+        }
         config.set(key, value);
     }
-    Ok(config)
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -240,22 +327,25 @@ mod tests {
         use std::os::unix::ffi::OsStringExt;
         let junk = OsString::from_vec(vec![0xff, 0xfe]);
         let refused =
-            passthrough_from([(OsString::from("KAFKA_CLIENT_ID"), junk.clone())]).unwrap_err();
+            passthrough_from([(OsString::from("KAFKA_CLIENT_ID"), junk.clone())], &[]).unwrap_err();
         assert_eq!(refused, PassthroughError::NotUtf8);
-        let ignored = passthrough_from([
-            (OsString::from("LANG"), junk.clone()),
-            (junk, OsString::from("x")),
-        ])
+        let ignored = passthrough_from(
+            [
+                (OsString::from("LANG"), junk.clone()),
+                (junk, OsString::from("x")),
+            ],
+            &[],
+        )
         .unwrap();
         assert_eq!(ignored, Passthrough::default());
     }
 
     #[test]
     fn an_empty_or_huge_value_is_librdkafkas_to_judge() {
-        let empty = passthrough_from(vars(&[("KAFKA_LINGER_MS", "")])).unwrap_err();
+        let empty = passthrough_from(vars(&[("KAFKA_LINGER_MS", "")]), &[]).unwrap_err();
         assert!(matches!(empty, PassthroughError::Invalid { .. }), "{empty}");
         let huge = "x".repeat(1_000_000);
-        let refused = passthrough_from(vars(&[("KAFKA_LINGER_MS", &huge)])).unwrap_err();
+        let refused = passthrough_from(vars(&[("KAFKA_LINGER_MS", &huge)]), &[]).unwrap_err();
         assert!(matches!(refused, PassthroughError::Invalid { .. }));
         assert!(
             refused.to_string().len() < 1_000,
@@ -265,13 +355,16 @@ mod tests {
 
     #[test]
     fn kafka_variables_become_librdkafka_properties() {
-        let passthrough = passthrough_from(vars(&[
-            ("KAFKA_FETCH_WAIT_MAX_MS", "20"),
-            ("KAFKA_SASL_MECHANISMS", "PLAIN"),
-            ("KAFKA_BOOTSTRAP_SERVERS", "b:9092"),
-            ("KAFKA_", "x"),
-            ("PATH", "/bin"),
-        ]))
+        let passthrough = passthrough_from(
+            vars(&[
+                ("KAFKA_FETCH_WAIT_MAX_MS", "20"),
+                ("KAFKA_SASL_MECHANISMS", "PLAIN"),
+                ("KAFKA_BOOTSTRAP_SERVERS", "b:9092"),
+                ("KAFKA_", "x"),
+                ("PATH", "/bin"),
+            ]),
+            &[],
+        )
         .unwrap();
         assert_eq!(
             passthrough.properties,
@@ -293,7 +386,7 @@ mod tests {
             ("KAFKA_UI_SERVICE_HOST", "10.0.0.8"),
             ("KAFKA_UI_PORT_8080_TCP_ADDR", "10.0.0.8"),
         ];
-        let passthrough = passthrough_from(vars(&injected)).unwrap();
+        let passthrough = passthrough_from(vars(&injected), &[]).unwrap();
         assert!(passthrough.properties.is_empty(), "{passthrough:?}");
         assert_eq!(passthrough.ignored.len(), injected.len());
     }
@@ -307,7 +400,7 @@ mod tests {
             ("KAFKA_ENABLE_IDEMPOTENCE", "enable.idempotence"),
             ("KAFKA_ISOLATION_LEVEL", "isolation.level"),
         ] {
-            let refused = passthrough_from(vars(&[(variable, "1")])).unwrap_err();
+            let refused = passthrough_from(vars(&[(variable, "1")]), &[]).unwrap_err();
             assert_eq!(
                 refused,
                 PassthroughError::Protected {
@@ -321,13 +414,13 @@ mod tests {
 
     #[test]
     fn an_unknown_property_or_a_bad_value_is_refused_naming_the_variable() {
-        let unknown = passthrough_from(vars(&[("KAFKA_NO_SUCH_THING", "1")])).unwrap_err();
+        let unknown = passthrough_from(vars(&[("KAFKA_NO_SUCH_THING", "1")]), &[]).unwrap_err();
         assert!(
             matches!(&unknown, PassthroughError::Invalid { variable, property, .. }
                 if variable == "KAFKA_NO_SUCH_THING" && property == "no.such.thing"),
             "{unknown}"
         );
-        let bad = passthrough_from(vars(&[("KAFKA_LINGER_MS", "soon")])).unwrap_err();
+        let bad = passthrough_from(vars(&[("KAFKA_LINGER_MS", "soon")]), &[]).unwrap_err();
         assert!(
             bad.to_string()
                 .starts_with("KAFKA_LINGER_MS would set the librdkafka property linger.ms"),
@@ -351,5 +444,56 @@ mod tests {
         ] {
             assert!(!is_valid_topic_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_owned_property_is_refused_under_each_of_its_names_naming_the_option() {
+        let owned = [Owned {
+            properties: &["message.timeout.ms", "delivery.timeout.ms"],
+            option: "--delivery-timeout",
+            reason: "the send fence rests on it",
+        }];
+        for (variable, property) in [
+            ("KAFKA_MESSAGE_TIMEOUT_MS", "message.timeout.ms"),
+            ("KAFKA_DELIVERY_TIMEOUT_MS", "delivery.timeout.ms"),
+        ] {
+            let refused = passthrough_from(vars(&[(variable, "60000")]), &owned).unwrap_err();
+            assert_eq!(
+                refused.to_string(),
+                format!(
+                    "{variable} would set the librdkafka property {property}, which --delivery-timeout sets: the send fence rests on it (unset {variable}; use --delivery-timeout)"
+                )
+            );
+        }
+        let elsewhere = passthrough_from(vars(&[("KAFKA_MESSAGE_TIMEOUT_MS", "60000")]), &[]);
+        assert!(
+            elsewhere.is_ok(),
+            "only the owner refuses it: {elsewhere:?}"
+        );
+    }
+
+    #[test]
+    fn a_variable_naming_an_alias_overrides_the_setting_made_under_the_other_name() {
+        let passthrough =
+            passthrough_from(vars(&[("KAFKA_QUEUE_BUFFERING_MAX_MS", "40")]), &[]).unwrap();
+        assert_eq!(
+            passthrough.properties,
+            strings(&[("queue.buffering.max.ms", "40")])
+        );
+        let mut config = ClientConfig::new();
+        config.set("linger.ms", "5");
+        override_with(&mut config, passthrough.properties);
+        let native = config.create_native_config().unwrap();
+        assert_eq!(native.get("linger.ms").unwrap(), "40");
+    }
+
+    #[test]
+    fn a_protected_property_is_refused_under_its_alias_too() {
+        let refused =
+            passthrough_from(vars(&[("KAFKA_AUTO_COMMIT_ENABLE", "true")]), &[]).unwrap_err();
+        assert!(
+            matches!(&refused, PassthroughError::Protected { property, .. } if property == "auto.commit.enable"),
+            "{refused}"
+        );
     }
 }
