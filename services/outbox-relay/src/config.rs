@@ -206,6 +206,12 @@ impl Config {
             }
             _ => {}
         }
+        if self.delivery_timeout < Duration::from_secs(1) {
+            return Err(format!(
+                "--delivery-timeout {:?} is too short: librdkafka needs at least 1s to deliver a record",
+                self.delivery_timeout
+            ));
+        }
         let shortest_lease = self.delivery_timeout + SEND_MARGIN + Duration::from_secs(1);
         if self.lease < shortest_lease {
             return Err(format!(

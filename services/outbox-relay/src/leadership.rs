@@ -50,6 +50,10 @@ pub const DEFAULT_LOCK_KEY: i64 = outbox::RELAY_LOCK_KEY;
 /// differences between the hosts.
 pub const SEND_MARGIN: Duration = Duration::from_secs(2);
 
+/// Below this much of the send window left, the lease is renewed before
+/// sending: enough to hand a full batch to librdkafka.
+const MIN_SEND_WINDOW: Duration = Duration::from_millis(500);
+
 /// How long a standby waits for a deposed session to end.
 const TERMINATE_WAIT_MS: i64 = 2_000;
 
@@ -176,6 +180,32 @@ async fn try_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error
         .await
 }
 
+/// The lease a statement sent at `sent_at` renews, if any: only one sent
+/// with at least [`SEND_MARGIN`] of the lease left. A standby deposes a
+/// session whose server-side activity is older than the lease; a statement
+/// sent in the lease's last moments may reach the server after a standby
+/// judged the session stale, and even succeed before the termination
+/// lands: it proves nothing, and renewing from it would let this relay send
+/// beside the new leader. Such a statement still runs (a batch the broker
+/// acknowledged is still recorded); the lease just runs out.
+fn renewal(renewed_at: Instant, lease: Duration, sent_at: Instant) -> Option<Instant> {
+    let left = (renewed_at + lease).saturating_duration_since(sent_at);
+    (left >= SEND_MARGIN).then_some(sent_at)
+}
+
+/// [`Leader::send_deadline`] for a lease renewed at `renewed_at`: never
+/// before the renewal, so a lease too short for the timeout sends nothing.
+fn send_deadline_after(
+    renewed_at: Instant,
+    lease: Duration,
+    delivery_timeout: Duration,
+) -> Instant {
+    (renewed_at + lease)
+        .checked_sub(delivery_timeout + SEND_MARGIN)
+        .unwrap_or(renewed_at)
+        .max(renewed_at)
+}
+
 /// Runs `future` for at most `limit`.
 async fn within<T>(limit: Duration, future: impl Future<Output = T>) -> Result<T, LeadershipError> {
     tokio::time::timeout(limit, future)
@@ -187,8 +217,8 @@ impl Leader {
     /// Runs one statement on the leader's connection. It must end while the
     /// lease lasts: past that, a standby may lead, and this relay must step
     /// down rather than wait. Success renews the lease from the moment the
-    /// statement was sent, so `statement` must reach the server (not return
-    /// early with nothing to do).
+    /// statement was sent (see [`renewal`]), so `statement` must reach the
+    /// server (not return early with nothing to do).
     pub async fn run<T>(
         &mut self,
         statement: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
@@ -199,22 +229,57 @@ impl Leader {
             return Err(LeadershipError::Unresponsive(self.lease));
         }
         let result = within(left, statement(&mut self.conn)).await??;
-        self.renewed_at = sent_at;
+        if let Some(renewed_at) = renewal(self.renewed_at, self.lease, sent_at) {
+            self.renewed_at = renewed_at;
+        }
         Ok(result)
     }
 
     /// The latest moment a record may be handed to the producer so that it
     /// is sent, or dropped, `SEND_MARGIN` before a standby may take over.
     pub fn send_deadline(&self, delivery_timeout: Duration) -> Instant {
-        (self.renewed_at + self.lease)
-            .checked_sub(delivery_timeout + SEND_MARGIN)
-            .unwrap_or(self.renewed_at)
+        send_deadline_after(self.renewed_at, self.lease, delivery_timeout)
+    }
+
+    /// The send deadline for records about to be sent. When a statement
+    /// (a read waiting on a lock, a slow plan, a loaded server) used up most
+    /// of the window, the lease is renewed first with a trivial statement:
+    /// its success proves this session was not deposed since (deposing ends
+    /// the session), so what was read is still this leader's to send.
+    /// Without it, a read that is always slow would have every row withheld
+    /// and read again, for ever.
+    pub async fn send_deadline_renewed(
+        &mut self,
+        delivery_timeout: Duration,
+    ) -> Result<Instant, LeadershipError> {
+        let send_by = self.send_deadline(delivery_timeout);
+        if send_by.saturating_duration_since(Instant::now()) >= MIN_SEND_WINDOW {
+            return Ok(send_by);
+        }
+        metrics::counter!("relay_lease_renewals_total", "after" => "slow_statement").increment(1);
+        tracing::warn!(
+            "a statement outlasted most of the lease's send window; renewing the lease before sending (docs/relay.md, \"Slow statements\")"
+        );
+        self.renew().await?;
+        Ok(self.send_deadline(delivery_timeout))
+    }
+
+    /// Renews the lease with a statement that does nothing else.
+    pub async fn renew(&mut self) -> Result<(), LeadershipError> {
+        self.run(async |conn| sqlx::query("select 1").execute(conn).await.map(drop))
+            .await
     }
 
     /// How long the leader may go without a statement before it must
     /// renew: a third of the lease, so that an idle leader is never deposed.
     pub fn renew_within(&self) -> Duration {
         self.lease / 3
+    }
+
+    /// When an idle leader must renew ([`Leader::renew_within`] after the
+    /// latest renewal).
+    pub fn renew_at(&self) -> Instant {
+        self.renewed_at + self.renew_within()
     }
 
     fn lease_left(&self, now: Instant) -> Duration {
@@ -228,5 +293,35 @@ impl Leader {
             Ok(Err(error)) => tracing::debug!(%error, "closing the leader connection"),
             Err(error) => tracing::debug!(%error, "closing the leader connection"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_renews_the_lease_only_with_the_send_margin_left() {
+        let lease = Duration::from_secs(10);
+        let renewed_at = Instant::now();
+        let at = |seconds: f64| renewed_at + Duration::from_secs_f64(seconds);
+        // Early in the lease, and exactly at the margin: renewed from the send.
+        assert_eq!(renewal(renewed_at, lease, at(1.0)), Some(at(1.0)));
+        assert_eq!(renewal(renewed_at, lease, at(8.0)), Some(at(8.0)));
+        // Inside the margin, at the end and past it: not renewed.
+        assert_eq!(renewal(renewed_at, lease, at(8.001)), None);
+        assert_eq!(renewal(renewed_at, lease, at(10.0)), None);
+        assert_eq!(renewal(renewed_at, lease, at(12.0)), None);
+    }
+
+    #[test]
+    fn nothing_is_sent_within_the_delivery_timeout_and_margin_of_the_lease_end() {
+        let lease = Duration::from_secs(10);
+        let renewed_at = Instant::now();
+        let deadline = send_deadline_after(renewed_at, lease, Duration::from_secs(5));
+        assert_eq!(deadline, renewed_at + Duration::from_secs(3));
+        // A delivery timeout that leaves no room: the deadline is the renewal.
+        let none_left = send_deadline_after(renewed_at, lease, Duration::from_secs(9));
+        assert_eq!(none_left, renewed_at);
     }
 }

@@ -92,11 +92,37 @@ pub fn recorder() -> PrometheusHandle {
             "relay_cdc_confirmed_lsn",
             "CDC mode: the WAL position last confirmed to the server"
         );
+        metrics::describe_counter!(
+            "relay_fenced_batches_total",
+            "Batches of which nothing could be sent: even after a renewal the lease was too short (statements outlast the send window); the leader backs off"
+        );
+        metrics::describe_counter!(
+            "relay_lease_renewals_total",
+            "Lease renewals before sending, by what made them needed (a statement that used up most of the send window)"
+        );
+        metrics::describe_counter!(
+            "relay_delivery_log_failures_total",
+            "Batches marked without their delivery log entries: outbox_delivery could not be written (revoked, dropped, full)"
+        );
+        metrics::describe_counter!(
+            "relay_streams_ended_total",
+            "CDC mode: walsenders of a previous leader this relay ended to take the slot"
+        );
+        metrics::describe_counter!(
+            "relay_cdc_stepped_aside_total",
+            "CDC mode: records the stream stepped aside into the outbox table (the broker did not take them, or an earlier row of their aggregate waits there)"
+        );
+        metrics::describe_counter!(
+            "relay_cdc_other_table_rows_total",
+            "CDC mode: inserts of tables other than the outbox in the stream, ignored (the publication was widened after start-up)"
+        );
         // Exported from the start at 0, so that an alert on their increase
         // sees the first one.
         for name in [
             "relay_withheld_rows_total",
             "relay_leaders_deposed_total",
+            "relay_fenced_batches_total",
+            "relay_delivery_log_failures_total",
         ] {
             metrics::counter!(name).increment(0);
         }

@@ -4,14 +4,17 @@
 //! only once every in-sync replica has it, and librdkafka's own retries
 //! neither duplicate nor reorder records within a partition.
 
+use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
+use service_support::kafka::{Owned, PassthroughError};
+use service_support::producer::RebuildableProducer;
 use service_support::telemetry;
 
 use crate::record::OutboxRow;
@@ -86,7 +89,82 @@ fn classify(error: &KafkaError) -> Outcome {
     }
 }
 
-/// The relay's producer settings; `KAFKA_*` variables may override them.
+/// The properties the lease and the send fence rest on (leadership.rs): a
+/// record is dropped, never sent, once `--delivery-timeout` has passed.
+const FENCE: Owned = Owned {
+    properties: &["message.timeout.ms", "delivery.timeout.ms"],
+    option: "--delivery-timeout",
+    reason: "the relay's lease and send fence rest on it",
+};
+
+/// What a relay's Kafka configuration may not be.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientConfigError {
+    #[error(transparent)]
+    Passthrough(#[from] PassthroughError),
+    #[error(
+        "{variable} would set the librdkafka property {property} to {value}, not less than --delivery-timeout ({timeout:?}): every record would time out before it is sent (unset {variable}, or raise --delivery-timeout)"
+    )]
+    Linger {
+        variable: String,
+        property: &'static str,
+        value: String,
+        timeout: Duration,
+    },
+    #[error(
+        "the producer's effective message.timeout.ms is {effective}, not --delivery-timeout ({expected} ms): the send fence would not hold"
+    )]
+    Timeout { effective: String, expected: u128 },
+    #[error("cannot read the producer configuration back from librdkafka")]
+    ReadBack(#[source] KafkaError),
+}
+
+/// The relay's producer configuration: its settings, then the `KAFKA_*`
+/// variables, which may tune anything but what the delivery guarantees and
+/// the send fence rest on. What the fence needs is read back from
+/// librdkafka's effective configuration, so no alias can slip past.
+pub fn client_config(
+    bootstrap_servers: &str,
+    delivery_timeout: Duration,
+) -> Result<ClientConfig, ClientConfigError> {
+    let settings = producer_settings(delivery_timeout);
+    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let config =
+        service_support::kafka::client_config_owning(bootstrap_servers, &settings, &[FENCE])?;
+    let native = config
+        .create_native_config()
+        .map_err(ClientConfigError::ReadBack)?;
+    let read = |property: &str| native.get(property).map_err(ClientConfigError::ReadBack);
+    let expected = delivery_timeout.as_millis();
+    let effective = read("message.timeout.ms")?;
+    if effective.parse::<u128>().ok() != Some(expected) {
+        return Err(ClientConfigError::Timeout {
+            effective,
+            expected,
+        });
+    }
+    let linger = read("queue.buffering.max.ms")?;
+    let lingers_ms = linger.parse::<f64>().unwrap_or(f64::INFINITY);
+    if lingers_ms >= delivery_timeout.as_secs_f64() * 1000.0 {
+        // Only a variable can have set it (the relay's own 5 ms is below
+        // the shortest --delivery-timeout), under one name or the other.
+        let property = if config.get("queue.buffering.max.ms").is_some() {
+            "queue.buffering.max.ms"
+        } else {
+            "linger.ms"
+        };
+        return Err(ClientConfigError::Linger {
+            variable: format!("KAFKA_{}", property.to_ascii_uppercase().replace('.', "_")),
+            property,
+            value: linger,
+            timeout: delivery_timeout,
+        });
+    }
+    Ok(config)
+}
+
+/// The relay's producer settings; `KAFKA_*` variables may override some
+/// ([`client_config`]).
 pub fn producer_settings(delivery_timeout: Duration) -> Vec<(&'static str, String)> {
     vec![
         ("enable.idempotence", "true".to_owned()),
@@ -107,8 +185,7 @@ pub fn producer_settings(delivery_timeout: Duration) -> Vec<(&'static str, Strin
 pub struct ProducerError(#[from] KafkaError);
 
 pub struct Publisher {
-    config: ClientConfig,
-    producer: FutureProducer,
+    producer: RebuildableProducer,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -119,14 +196,19 @@ impl std::fmt::Debug for Publisher {
 
 impl Publisher {
     pub fn new(config: ClientConfig) -> Result<Self, ProducerError> {
-        let producer = config.create()?;
-        Ok(Self { config, producer })
+        Ok(Self {
+            producer: RebuildableProducer::new(config)?,
+        })
     }
 
     /// Publishes `rows` in order and waits for every delivery report; a row
     /// not handed to the producer by `send_by` is withheld. Returns one
     /// outcome per row, in the same order.
-    pub async fn publish(&mut self, rows: &[OutboxRow], send_by: Instant) -> Vec<Outcome> {
+    pub async fn publish<R: Borrow<OutboxRow>>(
+        &mut self,
+        rows: &[R],
+        send_by: Instant,
+    ) -> Vec<Outcome> {
         let mut outcomes = self.send_all(rows, send_by).await;
         // A broker rejects a size violation for a whole produce request, so
         // the poison row's neighbours fail with it. Resend each such row
@@ -143,7 +225,7 @@ impl Publisher {
                     .unwrap_or(Outcome::Transient("no outcome".into()));
             }
         }
-        if let Some((code, reason)) = self.producer.client().fatal_error() {
+        if let Some((code, reason)) = self.producer.fatal_error() {
             tracing::error!(?code, %reason, "fatal producer error; rebuilding the producer");
             self.rebuild();
         } else if outcomes.iter().any(|o| matches!(o, Outcome::Transient(_))) {
@@ -158,10 +240,10 @@ impl Publisher {
         outcomes
     }
 
-    async fn send_all(&self, rows: &[OutboxRow], send_by: Instant) -> Vec<Outcome> {
+    async fn send_all<R: Borrow<OutboxRow>>(&self, rows: &[R], send_by: Instant) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
         let mut pending = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
+        for (i, row) in rows.iter().map(Borrow::borrow).enumerate() {
             if Instant::now() >= send_by {
                 outcomes[i..].fill(Some(Outcome::Withheld));
                 break;
@@ -193,7 +275,7 @@ impl Publisher {
             // Enqueue; a full local queue is back-pressure: wait and retry.
             let delivery = loop {
                 match self.producer.send_result(future_record) {
-                    Ok(delivery) => break Ok(delivery),
+                    Ok((delivery, _generation)) => break Ok(delivery),
                     Err((error, returned))
                         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
                     {
@@ -253,15 +335,7 @@ impl Publisher {
     /// new one.
     fn rebuild(&mut self) {
         metrics::counter!("relay_producer_rebuilds_total").increment(1);
-        match self.config.create::<FutureProducer>() {
-            Ok(producer) => {
-                let old = std::mem::replace(&mut self.producer, producer);
-                // Dropping purges and flushes for up to half a second: not on
-                // the runtime's threads.
-                tokio::task::spawn_blocking(move || drop(old));
-            }
-            Err(error) => tracing::error!(%error, "rebuilding the producer failed; will retry"),
-        }
+        self.producer.rebuild(self.producer.generation());
     }
 
     /// Waits up to `timeout` for queued records to be delivered.

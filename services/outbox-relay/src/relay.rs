@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::leadership::{Election, Leader, LeadershipError};
 use crate::publisher::{Outcome, Publisher};
-use crate::store::{self, AfterPublish, Delivery, DeliveryLog};
+use crate::store::{self, AfterPublish, Delivery, DeliveryLog, DeliveryLogWriter};
 
 /// What the loop needs to know.
 #[derive(Debug, Clone)]
@@ -47,8 +47,9 @@ pub enum BatchOutcome {
     /// Rows were read and none was published: back off before reading again
     /// (the broker is likely down).
     Failed,
-    /// Rows were read but the lease ran short before all were sent: read
-    /// again at once, which renews the lease or finds it lost.
+    /// Rows were read but none could be sent: even after a renewal the
+    /// lease was too short (statements outlast the fence window). Back off
+    /// as after a failure; the next read renews the lease or finds it lost.
     Fenced,
 }
 
@@ -81,11 +82,58 @@ impl Backoff {
 }
 
 /// Sleeps for `duration` unless shutdown comes first; true if it slept.
-async fn sleep_unless_stopped(duration: Duration, shutdown: &CancellationToken) -> bool {
+pub async fn sleep_unless_stopped(duration: Duration, shutdown: &CancellationToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(duration) => true,
         () = shutdown.cancelled() => false,
     }
+}
+
+/// Waits until this relay leads (`Some`, the lock held) or shutdown comes
+/// (`None`). A standby tries every failover interval, quietly: it says once
+/// that it waits, and why. A database it cannot reach is retried with
+/// `backoff`. Both modes elect their leader this way.
+pub async fn campaign(
+    election: &Election,
+    status: &RelayStatus,
+    failover_interval: Duration,
+    backoff: &mut Backoff,
+    shutdown: &CancellationToken,
+) -> Option<Leader> {
+    let mut standing_by = false;
+    while !shutdown.is_cancelled() {
+        match election.try_lead().await {
+            Ok(Some(leader)) => {
+                tracing::info!("leading: this relay publishes the outbox");
+                status.leader.store(true, Ordering::Relaxed);
+                status.database_ok.store(true, Ordering::Relaxed);
+                metrics::gauge!("relay_leader").set(1.0);
+                backoff.reset();
+                return Some(leader);
+            }
+            Ok(None) => {
+                status.database_ok.store(true, Ordering::Relaxed);
+                if !standing_by {
+                    tracing::info!(lease = ?election.lease,
+                        "standing by: another relay leads this outbox; this one takes over if it stops, or stalls for longer than the lease");
+                    standing_by = true;
+                }
+                sleep_unless_stopped(failover_interval, shutdown).await;
+            }
+            Err(error) => {
+                status.database_ok.store(false, Ordering::Relaxed);
+                tracing::warn!(error.message = %error, "cannot reach the orders database; retrying");
+                sleep_unless_stopped(backoff.next_wait(), shutdown).await;
+            }
+        }
+    }
+    None
+}
+
+/// No longer leading: what the health endpoints and the gauge say.
+pub fn stepped_down(status: &RelayStatus) {
+    status.leader.store(false, Ordering::Relaxed);
+    metrics::gauge!("relay_leader").set(0.0);
 }
 
 /// Runs until `shutdown` is cancelled. The batch in flight at that moment is
@@ -97,29 +145,17 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(100), settings.max_backoff);
-    while !shutdown.is_cancelled() {
-        let leader = match settings.election.try_lead().await {
-            Ok(Some(leader)) => leader,
-            Ok(None) => {
-                status.database_ok.store(true, Ordering::Relaxed);
-                sleep_unless_stopped(settings.failover_interval, &shutdown).await;
-                continue;
-            }
-            Err(error) => {
-                status.database_ok.store(false, Ordering::Relaxed);
-                tracing::warn!(error.message = %error, "cannot reach the orders database; retrying");
-                sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
-                continue;
-            }
-        };
-        tracing::info!("leading: this relay publishes the outbox");
-        status.leader.store(true, Ordering::Relaxed);
-        status.database_ok.store(true, Ordering::Relaxed);
-        metrics::gauge!("relay_leader").set(1.0);
-        backoff.reset();
+    while let Some(leader) = campaign(
+        &settings.election,
+        &status,
+        settings.failover_interval,
+        &mut backoff,
+        &shutdown,
+    )
+    .await
+    {
         let result = lead(leader, &settings, &mut publisher, &shutdown).await;
-        status.leader.store(false, Ordering::Relaxed);
-        metrics::gauge!("relay_leader").set(0.0);
+        stepped_down(&status);
         if let Err(error) = result {
             status.database_ok.store(false, Ordering::Relaxed);
             tracing::warn!(error.cause_chain = ?error, error.message = %error, "lost the database connection or the lease; stepping down");
@@ -138,17 +174,17 @@ async fn lead(
 ) -> Result<(), LeadershipError> {
     let mut idle = Backoff::new(Duration::from_millis(1), settings.idle_poll_interval);
     let mut failures = Backoff::new(Duration::from_millis(100), settings.max_backoff);
+    let mut log = DeliveryLogWriter::new(settings.delivery_log);
     while !shutdown.is_cancelled() {
         // Every read renews the lease, so no wait may outlast a renewal.
-        let wait = match publish_batch(&mut leader, settings, publisher).await? {
+        let wait = match publish_batch(&mut leader, settings, publisher, &mut log).await? {
             BatchOutcome::Published(_) => {
                 idle.reset();
                 failures.reset();
                 continue;
             }
-            BatchOutcome::Fenced => continue,
             BatchOutcome::Empty => idle.next_wait(),
-            BatchOutcome::Failed => {
+            BatchOutcome::Failed | BatchOutcome::Fenced => {
                 idle.reset();
                 failures.next_wait()
             }
@@ -166,6 +202,7 @@ async fn publish_batch(
     leader: &mut Leader,
     settings: &RelaySettings,
     publisher: &mut Publisher,
+    log: &mut DeliveryLogWriter,
 ) -> Result<BatchOutcome, LeadershipError> {
     let batch_size = settings.batch_size;
     let read_at = Instant::now();
@@ -180,8 +217,10 @@ async fn publish_batch(
     metrics::histogram!("relay_statement_duration_seconds", "statement" => "read")
         .record(read_at.elapsed().as_secs_f64());
     tracing::Span::current().record("rows", rows.len());
+    let send_by = leader
+        .send_deadline_renewed(settings.delivery_timeout)
+        .await?;
     let started = Instant::now();
-    let send_by = leader.send_deadline(settings.delivery_timeout);
     let outcomes = publisher.publish(&rows, send_by).await;
     metrics::histogram!("relay_batch_publish_duration_seconds")
         .record(started.elapsed().as_secs_f64());
@@ -201,10 +240,10 @@ async fn publish_batch(
         }
     }
     if !published.is_empty() {
-        let (after_publish, log) = (settings.after_publish, settings.delivery_log);
+        let after_publish = settings.after_publish;
         let marked_at = Instant::now();
         leader
-            .run(async |conn| store::mark_published(conn, &published, after_publish, log).await)
+            .run(async |conn| store::record_published(conn, &published, after_publish, log).await)
             .await?;
         metrics::histogram!("relay_statement_duration_seconds", "statement" => "mark")
             .record(marked_at.elapsed().as_secs_f64());
@@ -247,6 +286,7 @@ async fn publish_batch(
             "the lease ran short before these rows were sent; withheld them and renewing the lease"
         );
         if published.is_empty() {
+            metrics::counter!("relay_fenced_batches_total").increment(1);
             return Ok(BatchOutcome::Fenced);
         }
     }

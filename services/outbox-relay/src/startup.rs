@@ -58,7 +58,7 @@ pub enum StartupError {
     #[error("invalid Kafka producer configuration")]
     Producer(#[from] publisher::ProducerError),
     #[error(transparent)]
-    Passthrough(#[from] service_support::kafka::PassthroughError),
+    Kafka(#[from] publisher::ClientConfigError),
     #[error("the target topics are not as configured")]
     Topics(#[from] TopicError),
     #[error("CDC mode cannot stream this database")]
@@ -77,12 +77,7 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         config.validate().map_err(StartupError::Config)?;
-        let producer_settings = publisher::producer_settings(config.delivery_timeout);
-        let settings: Vec<(&str, &str)> = producer_settings
-            .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect();
-        let kafka = service_support::kafka::client_config(&config.bootstrap_servers, &settings)?;
+        let kafka = publisher::client_config(&config.bootstrap_servers, config.delivery_timeout)?;
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(10))
@@ -182,18 +177,7 @@ impl Application {
         match self.config.mode {
             Mode::Poll => {
                 let settings = RelaySettings {
-                    election: Election {
-                        // Named, so that operators (and `entrega health`)
-                        // can tell the leader's session in pg_stat_activity.
-                        database: self
-                            .config
-                            .database_url
-                            .options
-                            .clone()
-                            .application_name("outbox-relay"),
-                        lock_key: self.config.lock_key,
-                        lease: self.config.lease,
-                    },
+                    election: election(&self.config),
                     batch_size: self.config.batch_size,
                     max_attempts: self.config.max_attempts,
                     // validate() refuses poll mode without rows to poll.
@@ -208,6 +192,7 @@ impl Application {
             }
             Mode::Cdc => {
                 let settings = CdcSettings {
+                    election: election(&self.config),
                     replication: replication_config(&self.config),
                     slot: self.config.cdc_slot.clone(),
                     batch_size: usize::try_from(self.config.batch_size).unwrap_or(1),
@@ -216,7 +201,6 @@ impl Application {
                     failover_interval: self.config.failover_interval,
                     max_backoff: self.config.max_backoff,
                     delivery_timeout: self.config.delivery_timeout,
-                    lease: self.config.lease,
                 };
                 outcome = cdc_stream::run(
                     settings,
@@ -236,6 +220,21 @@ impl Application {
         let _ = http.await;
         self.pool.close().await;
         outcome
+    }
+}
+
+/// The lock and lease every relay of this database elects its leader by.
+fn election(config: &Config) -> Election {
+    Election {
+        // Named, so that operators (and `entrega health`) can tell the
+        // leader's session in pg_stat_activity.
+        database: config
+            .database_url
+            .options
+            .clone()
+            .application_name("outbox-relay"),
+        lock_key: config.lock_key,
+        lease: config.lease,
     }
 }
 

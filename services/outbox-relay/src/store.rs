@@ -9,8 +9,9 @@
 //! out a broker fault). So a batch holds at most one row per aggregate, and
 //! a row is never sent while an earlier one of its aggregate may still fail.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -71,7 +72,20 @@ pub async fn fetch_pending(
         .await
 }
 
+/// The columns an [`OutboxRow`] is read from.
+const ROW_COLUMNS: &str =
+    "o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
+     o.traceparent, o.tracingspancontext, o.seq, o.attempts";
+
 /// The read of [`fetch_pending`], built once: it runs on every poll.
+///
+/// Each half walks an index that holds only the rows it may take, so a read
+/// costs what it returns, not what waits: rows never deferred in insert
+/// order (`outbox_ready_idx`), deferred rows whose wait is over in the order
+/// they came due (`outbox_due_idx`). Deferred rows that are not due yet (a
+/// broken topic's backlog) are in neither walk. Rows behind an earlier
+/// unpublished row of their aggregate are still met by the first walk, one
+/// index probe each.
 ///
 /// The eligibility test is written out twice, not as a CTE: a CTE used twice
 /// is materialised, which would read every pending row on every read. "The
@@ -80,32 +94,266 @@ pub async fn fetch_pending(
 /// table was first analysed (a bulk backlog) could be quadratic (seen in P2:
 /// one read of 50 000 rows ran for minutes).
 static FETCH_PENDING: LazyLock<String> = LazyLock::new(|| {
-    let eligible = |extra: &str, limit: &str| {
+    let eligible = |extra: &str, order: &str, limit: &str| {
         format!(
-            "(select o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
-                     o.traceparent, o.tracingspancontext, o.seq, o.attempts
+            "(select {ROW_COLUMNS}
               from outbox o
               where o.published_at is null and o.parked_at is null and {extra}
                 and o.seq = (
                     select min(e.seq) from outbox e
                     where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
                       and e.published_at is null)
-              order by o.seq
+              order by {order}
               limit {limit})"
         )
     };
     format!(
         "select * from ({} union all {}) as batch order by seq",
-        eligible("o.deferrals = 0", "$1"),
-        eligible("o.deferrals > 0 and o.next_attempt_at <= now()", "$2"),
+        eligible("o.deferrals = 0", "o.seq", "$1"),
+        eligible(
+            "o.deferrals > 0 and o.next_attempt_at <= now()",
+            "o.next_attempt_at",
+            "$2"
+        ),
     )
 });
+
+/// CDC mode's rows stepped aside: rows the stream could not deliver, the
+/// later rows of their aggregates held behind them, and the rows the table
+/// held when the slot was made. They are marked `deferrals > 0` and left to
+/// [`fetch_stepped_aside`]; the stream holds back every record of an
+/// aggregate that has one, or a parked row ([`blocked_aggregates`]), so an
+/// aggregate's rows go out in order, as in poll mode.
+///
+/// The oldest stepped-aside rows that may be sent now: due, not parked, and
+/// the earliest of their aggregate's stepped-aside or parked rows. Rows of
+/// the aggregate that are neither were the stream's: published, or about
+/// to be cleaned up.
+pub async fn fetch_stepped_aside(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> Result<Vec<OutboxRow>, sqlx::Error> {
+    sqlx::query_as(&FETCH_STEPPED_ASIDE)
+        .bind(limit)
+        .fetch_all(conn)
+        .await
+}
+
+static FETCH_STEPPED_ASIDE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "select {ROW_COLUMNS}
+         from outbox o
+         where o.published_at is null and o.parked_at is null and o.deferrals > 0
+           and o.next_attempt_at <= now()
+           and o.seq = (
+               select min(e.seq) from outbox e
+               where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
+                 and e.published_at is null and (e.deferrals > 0 or e.parked_at is not null))
+         order by o.next_attempt_at, o.seq
+         limit $1"
+    )
+});
+
+/// What CDC mode's table path has to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SteppedAside {
+    /// When the next stepped-aside row is due; `None` if there is none.
+    pub due_in: Option<Duration>,
+    /// Whether parked rows hold back their aggregates (until un-parked).
+    pub parked: bool,
+}
+
+/// Whether rows are stepped aside or parked, and when the next one that may
+/// be sent (the earliest of its aggregate, not parked) is due.
+pub async fn stepped_aside(conn: &mut PgConnection) -> Result<SteppedAside, sqlx::Error> {
+    // No `greatest(…, 0)` around it: greatest ignores a NULL and would make
+    // "none" read as "due now".
+    let (due_in, parked): (Option<f64>, bool) = sqlx::query_as(
+        "select (select extract(epoch from min(o.next_attempt_at) - now())::float8
+                 from outbox o
+                 where o.published_at is null and o.parked_at is null and o.deferrals > 0
+                   and o.seq = (
+                       select min(e.seq) from outbox e
+                       where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
+                         and e.published_at is null
+                         and (e.deferrals > 0 or e.parked_at is not null))),
+                exists (select 1 from outbox where parked_at is not null and published_at is null)",
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(SteppedAside {
+        due_in: due_in.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
+        parked,
+    })
+}
+
+/// Which of `aggregates` (type, id) have a stepped-aside or parked row.
+pub async fn blocked_aggregates(
+    conn: &mut PgConnection,
+    aggregates: &HashSet<(&str, &str)>,
+) -> Result<HashSet<(String, String)>, sqlx::Error> {
+    let (types, ids): (Vec<&str>, Vec<&str>) = aggregates.iter().copied().unzip();
+    let blocked: Vec<(String, String)> = sqlx::query_as(
+        "select distinct o.aggregatetype, o.aggregateid
+         from unnest($1::text[], $2::text[]) as b (aggregatetype, aggregateid)
+         join outbox o on o.aggregatetype = b.aggregatetype and o.aggregateid = b.aggregateid
+         where o.published_at is null and (o.deferrals > 0 or o.parked_at is not null)",
+    )
+    .bind(&types)
+    .bind(&ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(blocked.into_iter().collect())
+}
+
+/// A stream row to step aside: one the broker did not take (with its
+/// error: it waits out a backoff), or one held behind an earlier row of its
+/// aggregate (due at once, sent when it is the earliest).
+#[derive(Debug)]
+pub struct Aside<'a> {
+    pub row: &'a OutboxRow,
+    pub error: Option<&'a str>,
+}
+
+/// Steps `rows` aside, in their order: written into the table (in
+/// delete-in-transaction cleanup the writer deleted them; in the other modes
+/// the insert finds the row and marks it), marked `deferrals > 0`. The
+/// stream skips the inserts this writes (they carry the mark).
+pub async fn step_aside(
+    conn: &mut PgConnection,
+    rows: &[Aside<'_>],
+    max_wait: Duration,
+) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut types = Vec::with_capacity(rows.len());
+    let mut aggregate_ids = Vec::with_capacity(rows.len());
+    let mut event_types = Vec::with_capacity(rows.len());
+    let mut payloads = Vec::with_capacity(rows.len());
+    let mut traceparents = Vec::with_capacity(rows.len());
+    let mut contexts = Vec::with_capacity(rows.len());
+    let mut errors = Vec::with_capacity(rows.len());
+    for Aside { row, error } in rows {
+        ids.push(row.id);
+        types.push(row.aggregatetype.as_str());
+        aggregate_ids.push(row.aggregateid.as_str());
+        event_types.push(row.event_type.as_str());
+        payloads.push(row.payload.as_str());
+        traceparents.push(row.traceparent.as_deref());
+        contexts.push(row.tracingspancontext.as_deref());
+        errors.push(*error);
+    }
+    let max_wait = time::Duration::try_from(max_wait).unwrap_or(time::Duration::MAX);
+    // `with ordinality` and the ordered select keep `seq` in stream order
+    // for the rows this inserts.
+    sqlx::query(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
+                             tracingspancontext, last_error, deferrals, next_attempt_at)
+         select id, aggregatetype, aggregateid, type, payload::jsonb, traceparent,
+                tracingspancontext, error, 1,
+                case when error is null then now()
+                     else now() + least($9::interval, interval '100 milliseconds') end
+         from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::text[], $8::text[])
+              with ordinality as r (id, aggregatetype, aggregateid, type, payload, traceparent,
+                                    tracingspancontext, error, n)
+         order by n
+         on conflict (id) do update
+         set last_error = coalesce(excluded.last_error, outbox.last_error),
+             deferrals = outbox.deferrals + 1,
+             next_attempt_at = case when excluded.last_error is null then now()
+                 else now() + least($9::interval,
+                     interval '100 milliseconds' * power(2, least(outbox.deferrals, 20))) end",
+    )
+    .bind(&ids)
+    .bind(&types)
+    .bind(&aggregate_ids)
+    .bind(&event_types)
+    .bind(&payloads)
+    .bind(&traceparents)
+    .bind(&contexts)
+    .bind(&errors)
+    .bind(max_wait)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Steps aside every row the table holds that nothing stepped aside yet:
+/// the rows written before a new slot existed, which its stream will never
+/// carry. Returns how many.
+pub async fn step_aside_pending(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    sqlx::query(
+        "update outbox set deferrals = 1, next_attempt_at = now()
+         where published_at is null and parked_at is null and deferrals = 0",
+    )
+    .execute(conn)
+    .await
+    .map(|done| done.rows_affected())
+}
 
 /// Whether published rows' deliveries are appended to `outbox_delivery`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryLog {
     On,
     Off,
+}
+
+/// The delivery log as a relay writes it. The log is optional: one that
+/// cannot be written (a revoked grant, a dropped table, a full tablespace)
+/// never stops the relay, which would otherwise fail every mark after the
+/// broker's acknowledgement and publish the same batch again for ever. The
+/// batch is marked without it, the failure counted and logged, and the log
+/// tried again a minute later.
+#[derive(Debug)]
+pub struct DeliveryLogWriter {
+    wanted: DeliveryLog,
+    paused_until: Option<Instant>,
+}
+
+/// How long the log is left alone after it could not be written.
+const LOG_PAUSE: Duration = Duration::from_secs(60);
+
+impl DeliveryLogWriter {
+    pub fn new(wanted: DeliveryLog) -> Self {
+        Self {
+            wanted,
+            paused_until: None,
+        }
+    }
+
+    fn now(&mut self) -> DeliveryLog {
+        match self.paused_until {
+            Some(until) if Instant::now() < until => DeliveryLog::Off,
+            _ => self.wanted,
+        }
+    }
+}
+
+/// [`mark_published`], appending to the delivery log when it can (see
+/// [`DeliveryLogWriter`]).
+pub async fn record_published(
+    conn: &mut PgConnection,
+    deliveries: &[Delivery],
+    after: AfterPublish,
+    log: &mut DeliveryLogWriter,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let mode = log.now();
+    match mark_published(conn, deliveries, after, mode).await {
+        // An error the server returned: the statement failed, the session
+        // is fine. If the log was the cause, the mark alone succeeds.
+        Err(error) if mode == DeliveryLog::On && error.as_database_error().is_some() => {
+            let marked = mark_published(conn, deliveries, after, DeliveryLog::Off).await?;
+            metrics::counter!("relay_delivery_log_failures_total").increment(1);
+            tracing::error!(error.message = %error, rows = marked.len(),
+                "cannot append to the delivery log (outbox_delivery); marked the batch without it and will try the log again in a minute (docs/relay.md, \"Delivery log\")");
+            log.paused_until = Some(Instant::now() + LOG_PAUSE);
+            Ok(marked)
+        }
+        other => other,
+    }
 }
 
 /// Where the broker put a published row, from its delivery report.
@@ -230,7 +478,8 @@ pub async fn record_poison(
 /// CDC mode's parking: a row that failed because of itself is written back
 /// (it may have been deleted in its own transaction) with `parked_at` set,
 /// for an operator to see; the stream skips rows that carry `parked_at`,
-/// so this insert does not come round again.
+/// so this insert does not come round again. It is marked stepped aside
+/// too, due at once: un-parked (docs/relay.md), the table path sends it.
 pub async fn park_from_wal(
     conn: &mut PgConnection,
     row: &OutboxRow,
@@ -238,10 +487,12 @@ pub async fn park_from_wal(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
-                             tracingspancontext, attempts, last_error, parked_at)
-         values ($1, $2, $3, $4, $5::jsonb, $6, $7, 1, $8, now())
+                             tracingspancontext, attempts, last_error, parked_at,
+                             deferrals, next_attempt_at)
+         values ($1, $2, $3, $4, $5::jsonb, $6, $7, 1, $8, now(), 1, now())
          on conflict (id) do update
-         set attempts = outbox.attempts + 1, last_error = excluded.last_error, parked_at = now()",
+         set attempts = outbox.attempts + 1, last_error = excluded.last_error, parked_at = now(),
+             deferrals = greatest(outbox.deferrals, 1), next_attempt_at = now()",
     )
     .bind(row.id)
     .bind(&row.aggregatetype)

@@ -202,7 +202,7 @@ pub(super) async fn outbox_steps(
                     .with(
                         "unpark",
                         format!(
-                            "update outbox set parked_at = null, attempts = 0 where id = '{id}'"
+                            "update outbox set parked_at = null, attempts = 0, last_error = null, deferrals = greatest(deferrals, 1), next_attempt_at = now() where id = '{id}'"
                         ),
                     ),
             );

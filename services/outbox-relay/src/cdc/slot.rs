@@ -5,6 +5,7 @@
 use sqlx::PgPool;
 
 use super::progress::Lsn;
+use crate::store;
 
 /// The set-up problems an operator must fix; each message says how.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,10 @@ pub enum SlotError {
         "publication {publication} exists but does not publish inserts into this database's outbox table: ALTER PUBLICATION {publication} ADD TABLE outbox, SET (publish = 'insert'), or choose another --cdc-publication"
     )]
     WrongPublication { publication: String },
+    #[error(
+        "publication {publication} carries other tables too ({tables}): the relay publishes only the outbox. ALTER PUBLICATION {publication} DROP TABLE …, or choose another --cdc-publication (the relay creates its own: FOR TABLE outbox WITH (publish = 'insert'))"
+    )]
+    PublicationTooWide { publication: String, tables: String },
     #[error(
         "replication slot {slot} exists but {problem}: choose another --cdc-slot, or drop it (SELECT pg_drop_replication_slot('{slot}'))"
     )]
@@ -96,6 +101,26 @@ async fn prepare_publication(pool: &PgPool, publication: &str) -> Result<(), Slo
             publication: publication.to_owned(),
         });
     }
+    // Another table's inserts would come down the stream beside the
+    // outbox's, for the relay to skip: WAL decoded and sent for nothing.
+    let others: Vec<String> = sqlx::query_scalar(
+        "select format('%I.%I', schemaname, tablename) from pg_publication_tables
+         where pubname = $1 and not (schemaname = current_schema() and tablename = 'outbox')
+         order by 1 limit 6",
+    )
+    .bind(publication)
+    .fetch_all(pool)
+    .await?;
+    if !others.is_empty() {
+        let mut tables = others[..others.len().min(5)].join(", ");
+        if others.len() > 5 {
+            tables.push_str(", …");
+        }
+        return Err(SlotError::PublicationTooWide {
+            publication: publication.to_owned(),
+            tables,
+        });
+    }
     Ok(())
 }
 
@@ -121,21 +146,18 @@ async fn prepare_slot(pool: &PgPool, slot: &str) -> Result<(), SlotError> {
         .fetch_optional(pool)
         .await?;
         match found.map(|s| (s.plugin, s.database, s.ours, s.wal_status)) {
-            None => {
-                let created =
-                    sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput')")
-                        .bind(slot)
-                        .execute(pool)
-                        .await;
-                match created {
-                    Ok(_) => {
-                        tracing::info!(slot, "created the replication slot");
-                        return Ok(());
-                    }
-                    Err(error) if sqlstate(&error).as_deref() == Some("42710") => continue,
-                    Err(error) => return Err(error.into()),
+            None => match create_slot(pool, slot).await {
+                Ok(handed_over) => {
+                    tracing::info!(
+                        slot,
+                        rows_in_the_table = handed_over,
+                        "created the replication slot; the rows the table held are published first, each aggregate's in order"
+                    );
+                    return Ok(());
                 }
-            }
+                Err(error) if sqlstate(&error).as_deref() == Some("42710") => continue,
+                Err(error) => return Err(error.into()),
+            },
             Some((plugin, _, _, _)) if plugin.as_deref() != Some("pgoutput") => {
                 return Err(wrong(format!(
                     "is not a pgoutput logical slot (plugin {})",
@@ -159,6 +181,57 @@ async fn prepare_slot(pool: &PgPool, slot: &str) -> Result<(), SlotError> {
     Err(wrong(
         "was created and dropped while the relay started".to_owned(),
     ))
+}
+
+/// Creates `slot` so that no row is missed or sent twice at the seam: the
+/// rows the table holds before the slot exists are not in its stream, so
+/// they are stepped aside (store.rs) for the table path to publish. In one
+/// transaction, a temporary slot fixes where the stream will start and every
+/// pending row is stepped aside; then the slot is copied to its permanent
+/// name. A crash before the copy leaves no slot (a temporary one ends with
+/// its session) and the next start does it all again; after it, the rows
+/// are marked. Rows committed between the two steps are in both: the stream
+/// holds them back behind their marked selves (a duplicate at most).
+/// Returns the rows stepped aside.
+async fn create_slot(pool: &PgPool, slot: &str) -> Result<u64, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    let temporary = format!("entrega_new_{}", uuid::Uuid::new_v4().simple());
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput', true)")
+        .bind(&temporary)
+        .execute(&mut *tx)
+        .await?;
+    let handed_over = store::step_aside_pending(&mut tx).await?;
+    tx.commit().await?;
+    let copied = sqlx::query("select pg_copy_logical_replication_slot($1, $2, false)")
+        .bind(&temporary)
+        .bind(slot)
+        .execute(&mut *conn)
+        .await;
+    // The pooled session lives on: drop the temporary slot now.
+    let dropped = sqlx::query("select pg_drop_replication_slot($1)")
+        .bind(&temporary)
+        .execute(&mut *conn)
+        .await;
+    copied?;
+    dropped?;
+    Ok(handed_over)
+}
+
+/// Ends the walsender that holds `slot`, if one does, and returns its pid.
+/// Only for a leader holding the lock: the holder lost the lead.
+pub async fn end_stream(
+    conn: &mut sqlx::PgConnection,
+    slot: &str,
+) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select active_pid from pg_replication_slots
+         where slot_name = $1 and active_pid is not null
+           and pg_terminate_backend(active_pid, 2000)",
+    )
+    .bind(slot)
+    .fetch_optional(conn)
+    .await
 }
 
 fn sqlstate(error: &sqlx::Error) -> Option<String> {

@@ -1,21 +1,31 @@
-//! CDC mode's loop: hold the slot (or wait to), stream the outbox inserts
-//! of committed transactions, publish them in commit order, confirm the WAL
-//! position past what the broker acknowledged.
+//! CDC mode's loop: lead (the same lock and lease as poll mode), stream the
+//! outbox inserts of committed transactions, publish them in commit order,
+//! confirm the WAL position past what is delivered or durably stepped aside.
 //!
-//! The slot admits one streaming session: that is the leader election. A
-//! standby's START_REPLICATION fails with "slot is active" (SQLSTATE 55006)
-//! and it retries every failover interval; when the leader dies, its
-//! walsender ends (at once for a crash, within `wal_sender_timeout` for a
-//! lost network) and the standby resumes from `confirmed_flush_lsn`.
+//! Leadership is poll mode's (leadership.rs): the leader holds the advisory
+//! lock and renews its lease with every statement; a standby that finds the
+//! lease stale deposes the leader's session and, holding the lock, ends the
+//! old leader's walsender if it still holds the slot. The send fence is the
+//! same too: nothing is handed to librdkafka that could land after a
+//! standby may lead. So a frozen leader is replaced within the lease, and a
+//! standby never asks for the slot while another relay leads.
 //!
-//! Any failure (a delivery the broker did not acknowledge, a dropped
-//! connection, bytes that do not decode) ends the session; the next one
-//! starts from the confirmed position: the unconfirmed tail is sent again
-//! (duplicates, which consumers absorb), nothing is skipped.
+//! A record the broker does not take does not end the stream: it steps
+//! aside into the outbox table (store.rs, "stepped aside"), marked, with the
+//! later records of its aggregate held behind it; the stream goes on and the
+//! position is confirmed past them, so one broken topic or partition
+//! neither stops the healthy aggregates nor pins the WAL. The table path
+//! ([`Session::publish_stepped_aside`]) sends the stepped-aside rows, each
+//! aggregate's in order, as poll mode would; the stream holds back every
+//! record of an aggregate that still has one there.
+//!
+//! Only a lost connection, a lost lease or bytes that do not decode end the
+//! session; the next one resumes from the confirmed position: the
+//! unconfirmed tail is sent again (duplicates, which consumers absorb),
+//! nothing is skipped.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
@@ -27,11 +37,11 @@ use super::pgoutput::{self, DecodeError, Message, RelationError, Relations, Valu
 use super::progress::{Lsn, Progress, ProgressError, TxId};
 use super::row::{RowError, outbox_row};
 use super::slot::{self, SlotError};
-use crate::leadership::SEND_MARGIN;
+use crate::leadership::{Election, Leader, LeadershipError};
 use crate::publisher::{Outcome, Publisher};
 use crate::record::OutboxRow;
-use crate::relay::{Backoff, RelayStatus};
-use crate::store::{self, AfterPublish, Delivery, DeliveryLog};
+use crate::relay::{self, Backoff, RelayStatus};
+use crate::store::{self, AfterPublish, Aside, Delivery, DeliveryLog, DeliveryLogWriter};
 
 /// How long a committed transaction waits for more to join its batch: the
 /// replication worker hands over what the server already sent without a
@@ -43,15 +53,26 @@ const GATHER: Duration = Duration::from_millis(1);
 /// acknowledgement can miss a row. It is retried this often...
 const CLEANUP_RETRY: Duration = Duration::from_millis(50);
 /// ...for this long; a row still not found was removed by someone else, or
-/// is left for the next start's catch-up to publish again (a duplicate).
+/// is left in the table (logged).
 const CLEANUP_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How often the table path looks for stepped-aside rows at most, and how
+/// long it waits when it cannot tell when the next one is due.
+const ASIDE_MIN_WAIT: Duration = Duration::from_millis(20);
+
+/// How often a new leader asks again for a slot that a deposed leader's
+/// walsender still holds, and how many times.
+const SLOT_RETRY: Duration = Duration::from_millis(200);
+const SLOT_TRIES: usize = 25;
 
 #[derive(Debug, Clone)]
 pub struct CdcSettings {
+    /// The lock and lease, as in poll mode.
+    pub election: Election,
     /// The replication connection: database, slot, publication, status interval.
     pub replication: ReplicationConfig,
     pub slot: String,
-    /// Records per batch (a batch only ends at a commit).
+    /// Records per batch.
     pub batch_size: usize,
     /// What happens to the table's rows once published; `None` when the
     /// writer deleted them in its own transaction.
@@ -60,13 +81,11 @@ pub struct CdcSettings {
     pub failover_interval: Duration,
     pub max_backoff: Duration,
     pub delivery_timeout: Duration,
-    /// Bounds how long one batch may take to hand its records over.
-    pub lease: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
 enum StreamError {
-    #[error("the slot is streamed by another relay")]
+    #[error("the slot stayed busy after this relay took the lead (another program streams it?)")]
     Busy,
     #[error("replication stream: {0}")]
     Wire(#[from] PgWireError),
@@ -76,18 +95,14 @@ enum StreamError {
     Decode(#[from] DecodeError),
     #[error(transparent)]
     Relation(#[from] RelationError),
-    #[error(
-        "a change to {0}, which is not the outbox table (the publication must hold only the outbox)"
-    )]
-    OtherTable(String),
     #[error(transparent)]
     Row(#[from] RowError),
     #[error("the stream broke the transaction order")]
     Order(#[from] ProgressError),
     #[error("a row came outside a transaction")]
     Orphan,
-    #[error("the broker did not take every record: {0}")]
-    Delivery(String),
+    #[error(transparent)]
+    Leadership(#[from] LeadershipError),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -102,41 +117,30 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), SlotError> {
     let mut backoff = Backoff::new(Duration::from_millis(100), settings.max_backoff);
-    while !shutdown.is_cancelled() {
-        let mut session = Session::new(&settings, &pool, &mut publisher, &status);
+    while let Some(leader) = relay::campaign(
+        &settings.election,
+        &status,
+        settings.failover_interval,
+        &mut backoff,
+        &shutdown,
+    )
+    .await
+    {
+        let mut session = Session::new(leader, &settings, &pool, &mut publisher);
         let result = session.lead(&shutdown).await;
-        let led = session.led;
-        status.leader.store(false, Ordering::Relaxed);
-        metrics::gauge!("relay_leader").set(0.0);
-        let wait = match result {
-            Ok(()) => break,
-            Err(StreamError::Busy) => {
-                status.database_ok.store(true, Ordering::Relaxed);
-                settings.failover_interval
-            }
-            Err(error) => {
-                if let Ok(Some(health)) = slot::health(&pool, &settings.slot).await
-                    && health.lost
-                {
-                    return Err(SlotError::Lost {
-                        slot: settings.slot.clone(),
-                    });
-                }
-                status
-                    .database_ok
-                    .store(matches!(error, StreamError::Delivery(_)), Ordering::Relaxed);
-                tracing::warn!(error.cause_chain = ?error, error.message = %error,
-                    "the replication stream ended; resuming from the confirmed position");
-                if led {
-                    backoff.reset();
-                }
-                backoff.next_wait()
-            }
-        };
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = shutdown.cancelled() => {}
+        session.leader.step_down().await;
+        relay::stepped_down(&status);
+        let Err(error) = result else { break };
+        if let Ok(Some(health)) = slot::health(&pool, &settings.slot).await
+            && health.lost
+        {
+            return Err(SlotError::Lost {
+                slot: settings.slot.clone(),
+            });
         }
+        tracing::warn!(error.cause_chain = ?error, error.message = %error,
+            "the replication stream ended; resuming from the confirmed position");
+        relay::sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
     }
     publisher.flush(Duration::from_secs(5));
     tracing::info!("relay stopped");
@@ -145,75 +149,70 @@ pub async fn run(
 
 /// One streaming session: from START_REPLICATION to its end.
 struct Session<'a> {
+    leader: Leader,
     settings: &'a CdcSettings,
     pool: &'a PgPool,
     publisher: &'a mut Publisher,
-    status: &'a RelayStatus,
+    log: DeliveryLogWriter,
     progress: Progress,
     relations: Relations,
-    /// The transaction being received: its rows so far.
-    open: Option<(TxId, Vec<Parsed>)>,
-    /// Committed transactions not yet published, in commit order.
-    committed: Vec<(TxId, Vec<Parsed>)>,
-    committed_rows: usize,
+    /// The transaction being received.
+    open: Option<TxId>,
+    /// Rows received and not yet published, in stream order. pgoutput
+    /// sends a transaction only once it committed, so the rows of the one
+    /// still arriving may go out before its commit: a transaction of any
+    /// size is published batch by batch (its position confirmed at the end).
+    ready: Vec<(TxId, OutboxRow)>,
     /// Published rows the cleanup (mark or delete) has not found yet, and
     /// since when.
     unclean: Vec<(Delivery, Instant)>,
-    led: bool,
-}
-
-/// A row of the stream: to publish, or parked earlier (written back with
-/// `parked_at` by this relay) and so to skip.
-enum Parsed {
-    Row(OutboxRow),
-    Parked,
+    /// When the cleanup tries the unclean rows again.
+    cleanup_at: Option<Instant>,
+    /// When the table path looks for stepped-aside rows next; `None` while
+    /// the table holds none.
+    aside_due: Option<Instant>,
+    /// Whether the table may hold stepped-aside or parked rows, which hold
+    /// back the stream's records of their aggregates.
+    holds_back: bool,
+    /// Inserts into other tables were reported (once per session).
+    other_tables_reported: bool,
 }
 
 impl<'a> Session<'a> {
     fn new(
+        leader: Leader,
         settings: &'a CdcSettings,
         pool: &'a PgPool,
         publisher: &'a mut Publisher,
-        status: &'a RelayStatus,
     ) -> Self {
         Self {
+            leader,
             settings,
             pool,
             publisher,
-            status,
+            log: DeliveryLogWriter::new(settings.delivery_log),
             progress: Progress::default(),
             relations: Relations::default(),
             open: None,
-            committed: Vec::new(),
-            committed_rows: 0,
+            ready: Vec::new(),
             unclean: Vec::new(),
-            led: false,
+            cleanup_at: None,
+            aside_due: None,
+            holds_back: false,
+            other_tables_reported: false,
         }
     }
 
     async fn lead(&mut self, shutdown: &CancellationToken) -> Result<(), StreamError> {
-        let mut client = ReplicationClient::connect(self.settings.replication.clone()).await?;
-        tokio::select! {
-            started = client.wait_started() => started.map_err(|error| match error {
-                PgWireError::Server(message) if message.contains("SQLSTATE 55006") => StreamError::Busy,
-                other => StreamError::Wire(other),
-            })?,
-            () = shutdown.cancelled() => {
-                client.abort();
-                return Ok(());
-            }
-        }
+        let Some(mut client) = self.start_streaming(shutdown).await? else {
+            return Ok(());
+        };
         // Only this session can move the slot now: its confirmed position
         // is where the stream starts.
         let confirmed = self.confirmed_position().await?;
         self.progress = Progress::from(confirmed);
-        self.led = true;
-        self.status.leader.store(true, Ordering::Relaxed);
-        self.status.database_ok.store(true, Ordering::Relaxed);
-        metrics::gauge!("relay_leader").set(1.0);
-        tracing::info!(slot = %self.settings.slot, %confirmed, "leading: streaming the slot");
-
-        let result = match self.catch_up().await {
+        tracing::info!(slot = %self.settings.slot, %confirmed, "streaming the slot");
+        let result = match self.look_for_stepped_aside().await {
             Ok(()) => self.stream(&mut client, shutdown).await,
             Err(error) => Err(error),
         };
@@ -229,67 +228,53 @@ impl<'a> Session<'a> {
         result
     }
 
-    /// Publishes the rows the table holds before streaming: rows committed
-    /// before the slot existed are not in its stream (a first start, a
-    /// switch from poll mode, a slot rebuilt after it was lost), and rows
-    /// of unconfirmed transactions may be there too (sent again below:
-    /// duplicates). Holding the slot makes this relay the only one doing it.
-    async fn catch_up(&mut self) -> Result<(), StreamError> {
-        // With delete-in-transaction, rows left in the table are leftovers
-        // of an earlier mode: published, they are deleted as well.
-        let after = self.settings.after_publish.unwrap_or(AfterPublish::Delete);
-        let limit = i64::try_from(self.settings.batch_size).unwrap_or(i64::MAX);
-        let mut total = 0;
-        loop {
-            let mut conn = self.pool.acquire().await?;
-            let rows = store::fetch_pending(&mut conn, limit).await?;
-            if rows.is_empty() {
-                break;
-            }
-            let send_by = Instant::now() + self.send_window();
-            let outcomes = self.publisher.publish(&rows, send_by).await;
-            let mut published = Vec::new();
-            let mut poison = Vec::new();
-            let mut failure = None;
-            for (row, outcome) in rows.iter().zip(outcomes) {
-                match outcome {
-                    Outcome::Published { partition, offset } => {
-                        published.push(Delivery::of(row, partition, offset));
-                    }
-                    Outcome::Poison(error) => poison.push((row.id, error)),
-                    Outcome::Transient(error) => {
-                        failure.get_or_insert(error);
-                    }
-                    Outcome::Withheld => {
-                        failure.get_or_insert_with(|| "the batch took too long to send".to_owned());
-                    }
+    /// START_REPLICATION. This relay holds the lock, so a walsender that
+    /// still holds the slot serves a leader that lost the lead (deposed, or
+    /// on its way out): it is ended first, as poll mode ends a stale
+    /// session. `None` if shutdown came first.
+    async fn start_streaming(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<ReplicationClient>, StreamError> {
+        for _ in 0..SLOT_TRIES {
+            self.end_previous_stream().await?;
+            let mut client = ReplicationClient::connect(self.settings.replication.clone()).await?;
+            let started = tokio::select! {
+                started = client.wait_started() => started,
+                () = shutdown.cancelled() => {
+                    client.abort();
+                    return Ok(None);
                 }
-            }
-            store::mark_published(&mut conn, &published, after, self.settings.delivery_log).await?;
-            if !poison.is_empty() {
-                store::record_poison(&mut conn, &poison, 1).await?;
-                metrics::counter!("outbox_parked_total").increment(poison.len() as u64);
-            }
-            metrics::counter!("outbox_published_total").increment(published.len() as u64);
-            total += published.len();
-            if let Some(error) = failure {
-                return Err(StreamError::Delivery(error));
+            };
+            match started {
+                Ok(()) => return Ok(Some(client)),
+                // Taken between the check and the start (a walsender on
+                // its way out): try again.
+                Err(PgWireError::Server(message)) if message.contains("SQLSTATE 55006") => {
+                    client.abort();
+                    relay::sleep_unless_stopped(SLOT_RETRY, shutdown).await;
+                }
+                Err(other) => return Err(other.into()),
             }
         }
-        if total > 0 {
-            tracing::info!(
-                rows = total,
-                "published the rows the table held before streaming"
-            );
-        }
-        Ok(())
+        Err(StreamError::Busy)
     }
 
-    /// How long a batch may take to hand its records to the producer.
-    fn send_window(&self) -> Duration {
-        self.settings
-            .lease
-            .saturating_sub(self.settings.delivery_timeout + SEND_MARGIN)
+    /// Ends the walsender that still holds the slot, if one does.
+    async fn end_previous_stream(&mut self) -> Result<(), StreamError> {
+        let slot = self.settings.slot.clone();
+        let ended = self
+            .leader
+            .run(async |conn| slot::end_stream(conn, &slot).await)
+            .await?;
+        if let Some(pid) = ended {
+            tracing::info!(
+                walsender.pid = pid,
+                "ended the previous leader's stream, which still held the slot"
+            );
+            metrics::counter!("relay_streams_ended_total").increment(1);
+        }
+        Ok(())
     }
 
     async fn confirmed_position(&self) -> Result<Lsn, StreamError> {
@@ -305,10 +290,23 @@ impl<'a> Session<'a> {
         shutdown: &CancellationToken,
     ) -> Result<(), StreamError> {
         loop {
-            let next = if self.committed.is_empty() {
+            let next = if self.ready.is_empty() {
+                // Deadlines, not fresh sleeps: a branch whose sleep began
+                // anew at every turn would never fire beside a shorter one.
+                let renew_at = tokio::time::Instant::from_std(self.leader.renew_at());
+                let aside_at = self.aside_due.map(tokio::time::Instant::from_std);
+                let cleanup_at = self.cleanup_at.map(tokio::time::Instant::from_std);
                 tokio::select! {
                     event = client.recv() => Some(event),
-                    () = tokio::time::sleep(CLEANUP_RETRY), if !self.unclean.is_empty() => {
+                    () = tokio::time::sleep_until(renew_at) => {
+                        self.leader.renew().await?;
+                        continue;
+                    }
+                    () = sleep_until_some(aside_at) => {
+                        self.publish_stepped_aside(client).await?;
+                        continue;
+                    }
+                    () = sleep_until_some(cleanup_at) => {
                         self.clean_up(Vec::new()).await?;
                         continue;
                     }
@@ -321,12 +319,20 @@ impl<'a> Session<'a> {
                 Some(event) => {
                     let event = event?.ok_or(StreamError::Ended)?;
                     self.receive(event, client)?;
-                    if self.committed_rows >= self.settings.batch_size {
+                    if self.ready.len() >= self.settings.batch_size {
                         self.publish(client).await?;
                     }
                 }
-                // The stream is dry for now: publish what is committed.
+                // The stream is dry for now: publish what is ready.
                 None => self.publish(client).await?,
+            }
+            // A busy stream never waits in the select above: the table path
+            // gets its turn between batches.
+            if self.aside_due.is_some_and(|due| due <= Instant::now()) {
+                self.publish_stepped_aside(client).await?;
+            }
+            if shutdown.is_cancelled() && self.ready.is_empty() {
+                return Ok(());
             }
         }
     }
@@ -338,35 +344,39 @@ impl<'a> Session<'a> {
     ) -> Result<(), StreamError> {
         match event {
             ReplicationEvent::Begin { .. } => {
-                self.open = Some((self.progress.begin()?, Vec::new()));
+                self.open = Some(self.progress.begin()?);
             }
             ReplicationEvent::XLogData { data, .. } => match pgoutput::decode(&data)? {
                 Message::Relation(relation) => self.relations.learn(relation),
                 Message::Insert { relation, tuple } => {
                     let (table, row) = self.relations.named(relation, tuple)?;
                     if !table.ends_with(".outbox") {
-                        return Err(StreamError::OtherTable(table));
+                        // Refused at start-up (slot.rs); a publication
+                        // widened since must not stop the outbox.
+                        metrics::counter!("relay_cdc_other_table_rows_total").increment(1);
+                        if !std::mem::replace(&mut self.other_tables_reported, true) {
+                            tracing::error!(%table,
+                                "the publication carries a table that is not the outbox; its rows are ignored (ALTER PUBLICATION … DROP TABLE)");
+                        }
+                        return Ok(());
                     }
-                    let parsed = if matches!(row.get("parked_at"), Some(Value::Text(_))) {
-                        Parsed::Parked
-                    } else {
-                        Parsed::Row(outbox_row(row)?)
-                    };
-                    let (_, rows) = self.open.as_mut().ok_or(StreamError::Orphan)?;
-                    rows.push(parsed);
+                    // The relay's own writes (rows it parked or stepped
+                    // aside) are the table path's, not the stream's.
+                    if written_by_relay(&row) {
+                        return Ok(());
+                    }
+                    let row = outbox_row(row)?;
+                    let tx = self.open.ok_or(StreamError::Orphan)?;
+                    self.progress.sent(tx)?;
+                    self.ready.push((tx, row));
                 }
                 // Type and origin messages; updates, deletes and truncates
                 // are not published (publish = 'insert').
                 Message::Other(_) => {}
             },
             ReplicationEvent::Commit { end_lsn, .. } => {
-                let (tx, rows) = self.open.take().ok_or(StreamError::Orphan)?;
-                for _ in &rows {
-                    self.progress.sent(tx)?;
-                }
+                let tx = self.open.take().ok_or(StreamError::Orphan)?;
                 self.progress.commit(tx, Lsn(end_lsn.as_u64()))?;
-                self.committed_rows += rows.len();
-                self.committed.push((tx, rows));
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 // Everything before a keepalive was decoded: with nothing in
@@ -380,73 +390,247 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Publishes the committed transactions, records the rows as the
-    /// cleanup mode says, confirms the delivered prefix.
-    #[tracing::instrument(skip_all, fields(transactions, rows, published), err)]
+    /// Publishes the ready rows in waves of at most one record per
+    /// aggregate, so that a record that fails is settled before any later
+    /// record of its aggregate is sent. A record the broker did not take,
+    /// and every later record of its aggregate, steps aside; so do the
+    /// records of aggregates that have a row stepped aside already. Then the
+    /// cleanup, and the confirmation of what is delivered or stepped aside.
+    #[tracing::instrument(skip_all, fields(rows, published, aside), err)]
     async fn publish(&mut self, client: &ReplicationClient) -> Result<(), StreamError> {
-        let committed = std::mem::take(&mut self.committed);
-        self.committed_rows = 0;
-        let mut txs = Vec::new();
-        let mut rows = Vec::new();
-        for (tx, parsed) in committed {
-            for row in parsed {
-                match row {
-                    Parsed::Row(row) => {
-                        txs.push(tx);
-                        rows.push(row);
+        let ready = std::mem::take(&mut self.ready);
+        let span = tracing::Span::current();
+        span.record("rows", ready.len());
+        let mut blocked = self.blocked_aggregates(&ready).await?;
+        let mut aside: Vec<(usize, Option<String>)> = Vec::new();
+        let mut published: Vec<Delivery> = Vec::with_capacity(ready.len());
+        let mut waiting: Vec<usize> = Vec::with_capacity(ready.len());
+        for (i, (_, row)) in ready.iter().enumerate() {
+            if blocked.contains(&key(row)) {
+                aside.push((i, None));
+            } else {
+                waiting.push(i);
+            }
+        }
+        let started = Instant::now();
+        while !waiting.is_empty() {
+            let (wave, later) = next_wave(&ready, waiting);
+            let send_by = self
+                .leader
+                .send_deadline_renewed(self.settings.delivery_timeout)
+                .await?;
+            let rows: Vec<&OutboxRow> = wave.iter().map(|&i| &ready[i].1).collect();
+            let outcomes = self.publisher.publish(&rows, send_by).await;
+            for (&i, outcome) in wave.iter().zip(outcomes) {
+                let (tx, row) = &ready[i];
+                match outcome {
+                    Outcome::Published { partition, offset } => {
+                        published.push(Delivery::of(row, partition, offset));
+                        self.progress.delivered(*tx)?;
                     }
-                    Parsed::Parked => self.progress.delivered(tx)?,
+                    Outcome::Poison(error) => {
+                        // Retrying from the WAL would fail the same way for
+                        // ever: park it, and hold its aggregate's later rows
+                        // as poll mode does (docs/relay.md, "Poison rows").
+                        tracing::error!(outbox.id = %row.id, error.message = %error,
+                            "row cannot be published; parked, and the later rows of its aggregate wait until it is un-parked (docs/relay.md)");
+                        self.leader
+                            .run(async |conn| store::park_from_wal(conn, row, &error).await)
+                            .await?;
+                        metrics::counter!("relay_publish_failures_total", "kind" => "poison")
+                            .increment(1);
+                        metrics::counter!("outbox_parked_total").increment(1);
+                        self.progress.delivered(*tx)?;
+                        blocked.insert(key(row));
+                        self.expect_aside(Instant::now() + self.settings.max_backoff);
+                    }
+                    Outcome::Transient(error) => {
+                        metrics::counter!("relay_publish_failures_total", "kind" => "transient")
+                            .increment(1);
+                        blocked.insert(key(row));
+                        aside.push((i, Some(error)));
+                    }
+                    Outcome::Withheld => {
+                        metrics::counter!("relay_withheld_rows_total").increment(1);
+                        blocked.insert(key(row));
+                        aside.push((i, Some("withheld: the lease ran short".to_owned())));
+                    }
+                }
+            }
+            waiting = Vec::with_capacity(later.len());
+            for i in later {
+                if blocked.contains(&key(&ready[i].1)) {
+                    aside.push((i, None));
+                } else {
+                    waiting.push(i);
                 }
             }
         }
-        let span = tracing::Span::current();
-        span.record("rows", rows.len());
-        let started = Instant::now();
-        let send_by = started + self.send_window();
-        let outcomes = self.publisher.publish(&rows, send_by).await;
         metrics::histogram!("relay_batch_publish_duration_seconds")
             .record(started.elapsed().as_secs_f64());
-
-        let mut published: Vec<Delivery> = Vec::with_capacity(rows.len());
-        let mut failure = None;
-        for ((tx, row), outcome) in txs.into_iter().zip(&rows).zip(outcomes) {
-            match outcome {
-                Outcome::Published { partition, offset } => {
-                    published.push(Delivery::of(row, partition, offset));
-                    self.progress.delivered(tx)?;
-                }
-                Outcome::Poison(error) => {
-                    // Retrying from the WAL would fail the same way for
-                    // ever: park it (docs/relay.md, "Parked rows in CDC mode").
-                    tracing::error!(outbox.id = %row.id, error.message = %error,
-                        "row cannot be published; parked, and its aggregate's later rows go on");
-                    store::park_from_wal(&mut *self.pool.acquire().await?, row, &error).await?;
-                    metrics::counter!("relay_publish_failures_total", "kind" => "poison")
-                        .increment(1);
-                    metrics::counter!("outbox_parked_total").increment(1);
-                    self.progress.delivered(tx)?;
-                }
-                Outcome::Transient(error) => {
-                    metrics::counter!("relay_publish_failures_total", "kind" => "transient")
-                        .increment(1);
-                    failure.get_or_insert(error);
-                }
-                Outcome::Withheld => {
-                    metrics::counter!("relay_withheld_rows_total").increment(1);
-                    failure.get_or_insert_with(|| "the batch took too long to send".to_owned());
-                }
-            }
-        }
         metrics::counter!("outbox_published_total").increment(published.len() as u64);
         span.record("published", published.len());
+        span.record("aside", aside.len());
+        if !aside.is_empty() {
+            self.step_aside(&ready, aside).await?;
+        }
         self.clean_up(published).await?;
         let confirmable = self.progress.confirmable();
         client.update_applied_lsn(wire(confirmable));
         metrics::gauge!("relay_cdc_confirmed_lsn").set(confirmable.0 as f64);
-        match failure {
-            Some(error) => Err(StreamError::Delivery(error)),
-            None => Ok(()),
+        Ok(())
+    }
+
+    /// The aggregates among `ready`'s that have a row stepped aside.
+    async fn blocked_aggregates(
+        &mut self,
+        ready: &[(TxId, OutboxRow)],
+    ) -> Result<HashSet<(String, String)>, StreamError> {
+        if !self.holds_back {
+            return Ok(HashSet::new());
         }
+        let aggregates: HashSet<(&str, &str)> = ready
+            .iter()
+            .map(|(_, row)| (row.aggregatetype.as_str(), row.aggregateid.as_str()))
+            .collect();
+        Ok(self
+            .leader
+            .run(async |conn| store::blocked_aggregates(conn, &aggregates).await)
+            .await?)
+    }
+
+    /// Writes the records of `aside` (indices into `ready`, with the error
+    /// of those that failed) into the table, in stream order; from then on
+    /// they are durable there and count as delivered.
+    async fn step_aside(
+        &mut self,
+        ready: &[(TxId, OutboxRow)],
+        mut aside: Vec<(usize, Option<String>)>,
+    ) -> Result<(), StreamError> {
+        aside.sort_by_key(|(i, _)| *i);
+        let rows: Vec<Aside<'_>> = aside
+            .iter()
+            .map(|(i, error)| Aside {
+                row: &ready[*i].1,
+                error: error.as_deref(),
+            })
+            .collect();
+        let max_wait = self.settings.max_backoff;
+        self.leader
+            .run(async |conn| store::step_aside(conn, &rows, max_wait).await)
+            .await?;
+        let failed = aside.iter().filter(|(_, error)| error.is_some()).count();
+        if failed > 0 {
+            tracing::warn!(
+                rows = failed,
+                held = aside.len() - failed,
+                error.message = aside.iter().find_map(|(_, e)| e.as_deref()),
+                "the broker did not take these records; they step aside into the outbox table with their aggregates' later records and are retried with a backoff (docs/relay.md, \"Stepped-aside rows in CDC mode\")"
+            );
+        }
+        metrics::counter!("relay_cdc_stepped_aside_total").increment(aside.len() as u64);
+        for (i, _) in &aside {
+            self.progress.delivered(ready[*i].0)?;
+        }
+        self.expect_aside(Instant::now());
+        Ok(())
+    }
+
+    /// The table holds stepped-aside or parked rows now: they hold back
+    /// their aggregates, and the table path looks at them by `at`.
+    fn expect_aside(&mut self, at: Instant) {
+        self.holds_back = true;
+        self.aside_due = Some(self.aside_due.map_or(at, |due| due.min(at)));
+    }
+
+    /// The table path: sends the stepped-aside rows that are due, each the
+    /// earliest of its aggregate, as poll mode sends its rows.
+    #[tracing::instrument(skip_all, fields(rows, published), err)]
+    async fn publish_stepped_aside(
+        &mut self,
+        client: &ReplicationClient,
+    ) -> Result<(), StreamError> {
+        let limit = i64::try_from(self.settings.batch_size).unwrap_or(i64::MAX);
+        let rows = self
+            .leader
+            .run(async |conn| store::fetch_stepped_aside(conn, limit).await)
+            .await?;
+        tracing::Span::current().record("rows", rows.len());
+        if rows.is_empty() {
+            return self.look_for_stepped_aside().await;
+        }
+        let send_by = self
+            .leader
+            .send_deadline_renewed(self.settings.delivery_timeout)
+            .await?;
+        let outcomes = self.publisher.publish(&rows, send_by).await;
+        let mut published = Vec::new();
+        let mut poison = Vec::new();
+        let mut failed = Vec::new();
+        for (row, outcome) in rows.iter().zip(outcomes) {
+            match outcome {
+                Outcome::Published { partition, offset } => {
+                    published.push(Delivery::of(row, partition, offset));
+                }
+                Outcome::Poison(error) => poison.push((row.id, error)),
+                Outcome::Transient(error) => failed.push((row.id, error)),
+                Outcome::Withheld => failed.push((row.id, "withheld".to_owned())),
+            }
+        }
+        // The relay wrote these rows itself in delete-in-transaction
+        // cleanup: they go once published.
+        let after = self.settings.after_publish.unwrap_or(AfterPublish::Delete);
+        let log = &mut self.log;
+        self.leader
+            .run(async |conn| store::record_published(conn, &published, after, log).await)
+            .await?;
+        if !poison.is_empty() {
+            self.leader
+                .run(async |conn| store::record_poison(conn, &poison, 1).await)
+                .await?;
+            metrics::counter!("outbox_parked_total").increment(poison.len() as u64);
+        }
+        if !failed.is_empty() {
+            let max_wait = self.settings.max_backoff;
+            self.leader
+                .run(async |conn| store::record_transient(conn, &failed, max_wait).await)
+                .await?;
+        }
+        metrics::counter!("outbox_published_total").increment(published.len() as u64);
+        tracing::Span::current().record("published", published.len());
+        // Later rows of the same aggregates may be eligible now.
+        self.aside_due = Some(
+            Instant::now()
+                + if published.is_empty() {
+                    ASIDE_MIN_WAIT
+                } else {
+                    Duration::ZERO
+                },
+        );
+        // Nothing of the stream's changed, but an idle stream confirms here too.
+        client.update_applied_lsn(wire(self.progress.confirmable()));
+        Ok(())
+    }
+
+    /// Whether the table holds stepped-aside or parked rows, and when to
+    /// look again: when the next is due; while only parked rows are left,
+    /// every `--max-backoff`, to notice one un-parked.
+    async fn look_for_stepped_aside(&mut self) -> Result<(), StreamError> {
+        let found = self
+            .leader
+            .run(async |conn| store::stepped_aside(conn).await)
+            .await?;
+        let wait = match found {
+            store::SteppedAside {
+                due_in: Some(due_in),
+                ..
+            } => Some(due_in.max(ASIDE_MIN_WAIT)),
+            store::SteppedAside { parked: true, .. } => Some(self.settings.max_backoff),
+            _ => None,
+        };
+        self.aside_due = wait.map(|wait| Instant::now() + wait);
+        self.holds_back = found.due_in.is_some() || found.parked;
+        Ok(())
     }
 
     /// Marks or deletes `published` as the cleanup mode says, with the rows
@@ -462,15 +646,13 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let deliveries: Vec<Delivery> = self.unclean.iter().map(|(d, _)| d.clone()).collect();
-        let found: HashSet<Uuid> = store::mark_published(
-            &mut *self.pool.acquire().await?,
-            &deliveries,
-            after,
-            self.settings.delivery_log,
-        )
-        .await?
-        .into_iter()
-        .collect();
+        let log = &mut self.log;
+        let found: HashSet<Uuid> = self
+            .leader
+            .run(async |conn| store::record_published(conn, &deliveries, after, log).await)
+            .await?
+            .into_iter()
+            .collect();
         self.unclean.retain(|(delivery, since)| {
             if found.contains(&delivery.id) {
                 return false;
@@ -479,14 +661,98 @@ impl<'a> Session<'a> {
                 return true;
             }
             tracing::warn!(outbox.id = %delivery.id,
-                "published, but its row was not found to mark or delete; if it is still in the table, the next start publishes it again");
+                "published, but its row was not found to mark or delete; if it is still in the table, it stays there (docs/relay.md, \"CDC mode\")");
             false
         });
         metrics::gauge!("relay_cdc_unclean_rows").set(self.unclean.len() as f64);
+        self.cleanup_at = (!self.unclean.is_empty()).then(|| Instant::now() + CLEANUP_RETRY);
         Ok(())
+    }
+}
+
+/// Splits `waiting` (indices into `ready`, in stream order) into the next
+/// wave (the first of each aggregate) and the rest, both in stream order.
+fn next_wave(ready: &[(TxId, OutboxRow)], waiting: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+    let mut seen = HashSet::new();
+    waiting
+        .into_iter()
+        .partition(|&i| seen.insert(key(&ready[i].1)))
+}
+
+fn key(row: &OutboxRow) -> (String, String) {
+    (row.aggregatetype.clone(), row.aggregateid.clone())
+}
+
+/// A row the relay inserted itself: parked, or stepped aside.
+fn written_by_relay(row: &std::collections::HashMap<String, Value>) -> bool {
+    let parked = matches!(row.get("parked_at"), Some(Value::Text(_)));
+    let stepped_aside = matches!(row.get("deferrals"), Some(Value::Text(n)) if n != "0");
+    parked || stepped_aside
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 fn wire(lsn: Lsn) -> pgwire_replication::Lsn {
     pgwire_replication::Lsn::from_u64(lsn.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(aggregate: &str, n: u8) -> OutboxRow {
+        OutboxRow {
+            id: Uuid::from_bytes([n; 16]),
+            aggregatetype: "pedido".to_owned(),
+            aggregateid: aggregate.to_owned(),
+            event_type: "PedidoCriado".to_owned(),
+            payload: "{}".to_owned(),
+            traceparent: None,
+            tracingspancontext: None,
+            seq: i64::from(n),
+            attempts: 0,
+        }
+    }
+
+    #[test]
+    fn a_wave_holds_one_record_per_aggregate_in_stream_order() {
+        let mut progress = Progress::default();
+        let tx = progress.begin().unwrap();
+        let ready: Vec<(TxId, OutboxRow)> =
+            [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("a", 4), ("b", 5)]
+                .into_iter()
+                .map(|(aggregate, n)| (tx, row(aggregate, n)))
+                .collect();
+        let (first, rest) = next_wave(&ready, (0..ready.len()).collect());
+        assert_eq!(
+            (first.clone(), rest.clone()),
+            (vec![0, 1, 3], vec![2, 4, 5])
+        );
+        let (second, rest) = next_wave(&ready, rest);
+        assert_eq!((second, rest.clone()), (vec![2, 5], vec![4]));
+        let (third, rest) = next_wave(&ready, rest);
+        assert_eq!((third, rest), (vec![4], vec![]));
+    }
+
+    #[test]
+    fn only_rows_the_relay_parked_or_stepped_aside_are_its_own() {
+        let columns = |parked: Value, deferrals: &str| {
+            std::collections::HashMap::from([
+                ("parked_at".to_owned(), parked),
+                ("deferrals".to_owned(), Value::Text(deferrals.to_owned())),
+            ])
+        };
+        assert!(!written_by_relay(&columns(Value::Null, "0")));
+        assert!(written_by_relay(&columns(
+            Value::Text("2026-12-06".into()),
+            "0"
+        )));
+        assert!(written_by_relay(&columns(Value::Null, "1")));
+    }
 }

@@ -40,3 +40,43 @@ async fn a_kafka_variable_that_would_weaken_delivery_is_refused_at_start_up() {
         "{log}"
     );
 }
+
+/// The lease and the send fence assume that librdkafka gives up on a record
+/// after --delivery-timeout: a variable that stretches that (or lingers
+/// longer than it) would let a deposed leader deliver after a standby
+/// published later rows of the same aggregates.
+#[tokio::test]
+async fn a_kafka_variable_that_would_move_the_send_fence_is_refused_at_start_up() {
+    let test = RelayTest::new().await;
+    for (variable, value, expected) in [
+        (
+            "KAFKA_MESSAGE_TIMEOUT_MS",
+            "60000",
+            "KAFKA_MESSAGE_TIMEOUT_MS would set the librdkafka property message.timeout.ms",
+        ),
+        (
+            "KAFKA_DELIVERY_TIMEOUT_MS",
+            "60000",
+            "KAFKA_DELIVERY_TIMEOUT_MS would set the librdkafka property delivery.timeout.ms",
+        ),
+        (
+            "KAFKA_LINGER_MS",
+            "60000",
+            "KAFKA_LINGER_MS would set the librdkafka property linger.ms",
+        ),
+        (
+            "KAFKA_QUEUE_BUFFERING_MAX_MS",
+            "60000",
+            "KAFKA_QUEUE_BUFFERING_MAX_MS would set the librdkafka property queue.buffering.max.ms",
+        ),
+    ] {
+        let relay = test.start_relay_with_env(&[], &[(variable, value.to_owned())]);
+        let (code, log) = relay.service.exit(Duration::from_secs(30)).await;
+        assert_ne!(code, Some(0), "{variable} was accepted:\n{log}");
+        assert!(log.contains(expected), "{variable}:\n{log}");
+        assert!(
+            log.contains("--delivery-timeout"),
+            "{variable}: the error does not say which option to use instead:\n{log}"
+        );
+    }
+}

@@ -9,15 +9,17 @@
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use test_support::broker::PrivateBroker;
 use test_support::eventually::eventually;
 use test_support::proxy::TcpProxy;
 
-use outbox_relay::leadership::{DEFAULT_LOCK_KEY, Election};
+use outbox_relay::leadership::{DEFAULT_LOCK_KEY, Election, Leader};
 use outbox_relay::publisher::{self, Outcome, Publisher};
 use outbox_relay::store;
 use sqlx::Connection;
 
-use crate::helpers::{RelayProcess, RelayTest, delivery};
+use crate::helpers::{Mode, RelayProcess, RelayTest, delivery};
+use test_support::kafka::bootstrap_servers;
 
 /// How the leader is taken out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +74,18 @@ async fn wait_for_role(relay: &RelayProcess, role: &str, what: &str, deadline: D
 
 /// One stall under load; returns how long the standby took to lead.
 async fn fail_over(stall: Stall) -> Duration {
-    let test = RelayTest::new().await;
+    fail_over_in(stall, Mode::Poll).await
+}
+
+async fn fail_over_in(stall: Stall, mode: Mode) -> Duration {
+    let test = match mode {
+        Mode::Poll => RelayTest::new().await,
+        // The rows stay in the table for the relay to delete (the default
+        // cleanup): what a new leader must not publish a second time.
+        Mode::Cdc => RelayTest::in_mode(mode, &bootstrap_servers())
+            .await
+            .keeping_rows(),
+    };
     let lease = lease();
     let args = lease_args(lease);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -104,16 +117,23 @@ async fn fail_over(stall: Stall) -> Duration {
     let load = async {
         // About 1 s before the stall, and on past the takeover.
         let until = Instant::now() + lease * 2 + Duration::from_secs(4);
+        let mut counts = Vec::new();
         while Instant::now() < until {
             inserted.extend(test.insert_events(10, 3).await);
+            counts.push((Instant::now(), inserted.len()));
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        counts
     };
     let fault = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let stalled_at = match stall {
             Stall::Crash => {
                 leader.service.signal(Signal::SIGKILL);
+                Instant::now()
+            }
+            Stall::Freeze if mode == Mode::Cdc => {
+                leader.service.signal(Signal::SIGSTOP);
                 Instant::now()
             }
             Stall::Freeze => {
@@ -135,21 +155,59 @@ async fn fail_over(stall: Stall) -> Duration {
             leader.service.signal(Signal::SIGCONT);
             wait_for_role(&leader, "standby", "the woken leader stands by", lease * 2).await;
         }
-        took
+        (took, stalled_at)
     };
-    let ((), took) = tokio::join!(load, fault);
+    let (counts, (took, stalled_at)) = tokio::join!(load, fault);
+    let inserted_by = |at: Instant| {
+        counts
+            .iter()
+            .take_while(|(when, _)| *when <= at)
+            .last()
+            .map_or(0, |(_, count)| *count)
+    };
+    // How many rows were inserted when the leader stalled, and 3 s before:
+    // what a CDC leader may have published without confirming it yet.
+    let at_stall = (
+        inserted_by(stalled_at),
+        inserted_by(stalled_at - Duration::from_secs(3)),
+    );
 
     let result = test.delivery_once_drained(&inserted).await;
     println!(
-        "failover after {stall:?}: took={:.2}s lease={lease:?} {result:?}",
-        took.as_secs_f64()
+        "failover after {stall:?} ({mode:?}): took={:.2}s lease={lease:?} rows={} {result:?}",
+        took.as_secs_f64(),
+        inserted.len()
     );
     assert_eq!(result.lost, 0);
     assert_eq!(result.order_violations, 0);
-    assert_eq!(
-        result.regressions, 0,
-        "a record came after a later one of its aggregate: the old leader sent after the takeover"
-    );
+    match mode {
+        Mode::Poll => assert_eq!(
+            result.regressions, 0,
+            "a record came after a later one of its aggregate: the old leader sent after the takeover"
+        ),
+        // The new leader streams again from the slot's confirmed position:
+        // what the old one published since (confirmed once a second) comes
+        // twice, and nothing more.
+        Mode::Cdc => {
+            let in_flight = at_stall.0 - at_stall.1;
+            assert!(
+                result.duplicates <= in_flight,
+                "{} duplicates, more than the {in_flight} rows written in the 3 s before the freeze: the new leader published the backlog twice",
+                result.duplicates
+            );
+            let log = standby.service.log();
+            let waiting = log.split("leading:").next().unwrap_or_default();
+            assert_eq!(
+                waiting.matches("standing by").count(),
+                1,
+                "the standby says once that it waits:\n{log}"
+            );
+            assert!(
+                !log.contains("is active for PID") && !waiting.contains("ERROR"),
+                "the standby shouted while it waited:\n{log}"
+            );
+        }
+    }
     // The bound the lease promises (a crash needs no lease: the socket
     // closes), with room for a loaded machine.
     let bound = match stall {
@@ -164,7 +222,7 @@ async fn fail_over(stall: Stall) -> Duration {
             "the standby did not depose the stalled leader:\n{metrics}"
         );
     }
-    if stall == Stall::Freeze {
+    if stall == Stall::Freeze && mode == Mode::Poll {
         // It woke with the answer to its read in its socket. Whichever it
         // saw first, the answer or its own lease timeout, it stepped down
         // without sending (either way the regression check above holds; the
@@ -244,6 +302,19 @@ async fn a_frozen_leader_is_deposed_within_the_lease_and_sends_nothing_when_it_w
     fail_over_rounds(Stall::Freeze).await;
 }
 
+/// Two CDC relays, orders placed and cancelled at once, the leader frozen.
+/// Before, the standby waited for the server's `wal_sender_timeout` (60 s),
+/// logging "slot is active" at ERROR twice a second, then published the
+/// table's backlog and streamed the same inserts again.
+#[tokio::test(flavor = "multi_thread")]
+async fn cdc_a_frozen_leader_is_replaced_within_the_lease_without_publishing_the_backlog_twice() {
+    let mut took: Vec<f64> = Vec::new();
+    for _ in 0..rounds() {
+        took.push(fail_over_in(Stall::Freeze, Mode::Cdc).await.as_secs_f64());
+    }
+    println!("failover Freeze (cdc): all={took:.2?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_the_database_is_deposed_within_the_lease() {
     fail_over_rounds(Stall::Blackhole).await;
@@ -309,6 +380,21 @@ async fn a_leader_blocked_on_a_row_lock_is_deposed_within_the_lease() {
     leader.service.kill().await;
 }
 
+/// Takes the lead of `test`'s outbox with `lease`, as a relay would, in the
+/// test's own process.
+async fn lead_alone(test: &RelayTest, lease: Duration) -> Leader {
+    let election = Election {
+        database: test.database.url().parse().unwrap(),
+        lock_key: DEFAULT_LOCK_KEY,
+        lease,
+    };
+    election
+        .try_lead()
+        .await
+        .unwrap()
+        .expect("the lock is free")
+}
+
 /// The fence on its own: a leader that read rows, then stalled past its
 /// lease while a standby deposed it and published everything, sends none of
 /// the rows it holds. (In the relay the stall can come anywhere; here it
@@ -319,16 +405,7 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
     let inserted = test.insert_events(10, 2).await;
     let lease = Duration::from_secs(4);
     let delivery_timeout = Duration::from_secs(1);
-    let election = Election {
-        database: test.database.url().parse().unwrap(),
-        lock_key: DEFAULT_LOCK_KEY,
-        lease,
-    };
-    let mut leader = election
-        .try_lead()
-        .await
-        .unwrap()
-        .expect("the lock is free");
+    let mut leader = lead_alone(&test, lease).await;
     let rows = leader
         .run(async |conn| store::fetch_pending(conn, 100).await)
         .await
@@ -340,11 +417,8 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
     let standby = test.start_relay(&["--lease", "4s", "--delivery-timeout", "1s"]);
     test.wait_until_drained(Duration::from_secs(60)).await;
 
-    let mut config = rdkafka::ClientConfig::new();
-    config.set("bootstrap.servers", &test.bootstrap);
-    for (key, value) in publisher::producer_settings(delivery_timeout) {
-        config.set(key, value);
-    }
+    // Built as the relay builds it, KAFKA_* variables included.
+    let config = publisher::client_config(&test.bootstrap, delivery_timeout).unwrap();
     let mut publisher = Publisher::new(config).unwrap();
     let outcomes = publisher
         .publish(&rows, leader.send_deadline(delivery_timeout))
@@ -374,6 +448,109 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
     standby.service.terminate(Duration::from_secs(30)).await;
 }
 
+/// The fence's other half: records handed to librdkafka just before the
+/// deadline, while the broker is out of reach, must be dropped by
+/// librdkafka once --delivery-timeout passes, never delivered after a
+/// standby took over and published the same aggregates. The producer is
+/// built as the relay builds it, so a `KAFKA_*` variable that stretched the
+/// timeout (`KAFKA_MESSAGE_TIMEOUT_MS=60000`, accepted before) makes this
+/// test fail; the relay now refuses it (environment.rs).
+#[tokio::test(flavor = "multi_thread")]
+async fn records_handed_over_before_the_deadline_never_land_after_the_takeover() {
+    let mut broker = PrivateBroker::start().await;
+    let test = RelayTest::with_broker(&broker.address).await;
+    // Long enough for the broker to stop between two statements.
+    let lease = Duration::from_secs(8);
+    let delivery_timeout = Duration::from_secs(1);
+    let Ok(config) = publisher::client_config(&broker.address, delivery_timeout) else {
+        println!("the relay refuses this environment's KAFKA_* variables: nothing it could send");
+        return;
+    };
+    let mut publisher = Publisher::new(config).unwrap();
+    // The idempotent producer's id, fetched before the broker goes away.
+    let warm_up = test.insert_events(1, 1).await;
+    let mut leader = lead_alone(&test, lease).await;
+    let first = leader
+        .run(async |conn| store::fetch_pending(conn, 100).await)
+        .await
+        .unwrap();
+    // The first send may take longer than the 1 s timeout (the producer id).
+    let mut tries = 0;
+    loop {
+        let sent = publisher
+            .publish(&first, leader.send_deadline(delivery_timeout))
+            .await;
+        tries += 1;
+        match &sent[..] {
+            [Outcome::Published { .. }] => break,
+            _ if tries < 10 => continue,
+            _ => panic!("the warm-up record was not published: {sent:?}"),
+        }
+    }
+    leader
+        .run(async |conn| {
+            sqlx::query("delete from outbox where id = $1")
+                .bind(warm_up[0])
+                .execute(conn)
+                .await
+        })
+        .await
+        .unwrap();
+
+    let inserted = test.insert_events(10, 2).await;
+    broker.stop().await;
+    let rows = leader
+        .run(async |conn| store::fetch_pending(conn, 100).await)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 10, "one row per aggregate");
+    // Handed over at once, well before the deadline; then the leader
+    // stalls, the lease runs out, a standby deposes it and, once the broker
+    // is back, publishes every row.
+    let deadline = leader.send_deadline(delivery_timeout);
+    let late = async {
+        let outcomes = publisher.publish(&rows, deadline).await;
+        publisher.flush(Duration::from_secs(1));
+        outcomes
+    };
+    let takeover = async {
+        tokio::time::sleep(lease + Duration::from_secs(1)).await;
+        // A relay starts once the broker answers (it checks its topics).
+        broker.restart().await;
+        let standby = test.start_relay(&["--lease", "8s", "--delivery-timeout", "1s"]);
+        eventually(
+            "the standby deposes the stalled leader",
+            Duration::from_secs(30),
+            || async { (standby.metric("relay_leaders_deposed_total").await > 0.0).then_some(()) },
+        )
+        .await;
+        test.wait_until_drained(Duration::from_secs(60)).await;
+        standby
+    };
+    let (outcomes, standby) = tokio::join!(late, takeover);
+    assert!(
+        outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, Outcome::Transient(_))),
+        "the stalled leader's records were not dropped: {outcomes:?}"
+    );
+    // Time for a record that would still land to arrive.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let records = test
+        .reader()
+        .read_at_least(inserted.len() + 1, Duration::from_secs(60))
+        .await;
+    let mut all = warm_up.clone();
+    all.extend(&inserted);
+    let result = delivery(&records, &all);
+    assert_eq!(
+        (result.lost, result.duplicates, result.regressions),
+        (0, 0, 0),
+        "{result:?}"
+    );
+    standby.service.terminate(Duration::from_secs(30)).await;
+}
+
 /// Deposing needs to see the holder's session: a standby running as
 /// another role without `pg_read_all_stats` cannot, says so once and leaves
 /// the holder alone; granted the two roles docs/relay.md names, it deposes.
@@ -385,12 +562,8 @@ async fn a_standby_that_cannot_see_the_leader_says_so_and_deposes_once_granted()
         format!("relay_holder_{suffix}"),
         format!("relay_standby_{suffix}"),
     );
-    for role in [&holder, &standby_role] {
-        sqlx::query(&format!("create role {role} login"))
-            .execute(&test.pool)
-            .await
-            .unwrap();
-    }
+    let holder_url = test.database.login_role(&holder).await;
+    let standby_url = test.database.login_role(&standby_role).await;
     sqlx::query(&format!(
         "grant select, update, delete on outbox to {standby_role}"
     ))
@@ -404,21 +577,16 @@ async fn a_standby_that_cannot_see_the_leader_says_so_and_deposes_once_granted()
     .execute(&test.pool)
     .await
     .unwrap();
-    let url_as = |role: &str| {
-        let mut url: url::Url = test.database.url().parse().unwrap();
-        url.set_username(role).unwrap();
-        url.to_string()
-    };
 
     // A leader of another role that stalls with the lock.
-    let mut stalled = sqlx::PgConnection::connect(&url_as(&holder)).await.unwrap();
+    let mut stalled = sqlx::PgConnection::connect(&holder_url).await.unwrap();
     sqlx::query("select pg_advisory_lock($1)")
         .bind(DEFAULT_LOCK_KEY)
         .execute(&mut stalled)
         .await
         .unwrap();
     let standby = test.start_relay_on(
-        &url_as(&standby_role),
+        &standby_url,
         &["--lease", "4s", "--delivery-timeout", "1s"],
         &[],
     );

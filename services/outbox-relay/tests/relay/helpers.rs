@@ -167,13 +167,71 @@ impl RelayTest {
     pub(crate) async fn drained(&self) -> bool {
         if self.delete_in_transaction {
             let last = self.last_insert_lsn.lock().unwrap().clone();
-            match last {
+            let streamed = match last {
                 Some(lsn) => self.confirmed_past(&lsn).await,
                 None => true,
-            }
+            };
+            // Past the slot's confirmed position a row is published, or
+            // stepped aside into the table for the relay to send.
+            streamed && self.stepped_aside().await == 0
         } else {
             self.pending().await == 0
         }
+    }
+
+    /// CDC mode: rows stepped aside into the table and not yet published.
+    pub(crate) async fn stepped_aside(&self) -> i64 {
+        sqlx::query_scalar(
+            "select count(*) from outbox where published_at is null and parked_at is null",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// CDC mode: waits until `relay` leads and streams the slot, so that
+    /// rows inserted from now on come down the stream.
+    pub(crate) async fn wait_until_streaming(&self, relay: &RelayProcess) {
+        let slot = self.cdc_slot.as_deref().expect("a CDC test");
+        eventually(
+            "the relay streams the slot",
+            Duration::from_secs(60),
+            || async {
+                let active: Option<bool> = sqlx::query_scalar(
+                    "select active from pg_replication_slots where slot_name = $1",
+                )
+                .bind(slot)
+                .fetch_optional(&self.pool)
+                .await
+                .unwrap();
+                (active == Some(true) && relay.role().await.as_deref() == Some("leader"))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Inserts one row in a transaction of its own, as a writer in this
+    /// test's mode does (deleted in it with delete-in-transaction).
+    pub(crate) async fn write_row(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        payload: &str,
+    ) -> Uuid {
+        let mut tx = self.pool.begin().await.unwrap();
+        let id: Uuid = sqlx::query_scalar(
+            "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+             values (gen_random_uuid(), $1, $2, 'TestEvent', $3::jsonb) returning id",
+        )
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .bind(payload)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        self.commit_inserts(tx, &[id]).await;
+        id
     }
 
     /// True once some of the rows inserted so far are published.

@@ -2,14 +2,19 @@
 //! is sent while an earlier row of it is unsent, parked or in doubt; other
 //! aggregates, topics and partitions keep flowing meanwhile. A fault of the
 //! broker or of a topic is nobody's row's fault: it never parks a row.
+//!
+//! Each test runs in both modes. Poll mode finds the rows in the table at
+//! its first read; CDC mode streams, and the rows are written once it does,
+//! so they come down the stream: a record that cannot be delivered must step
+//! aside there too, and never stop the stream or pin the WAL.
 
 use std::time::Duration;
 
 use test_support::eventually::eventually;
-use test_support::kafka::{create_topic, unique_name};
+use test_support::kafka::{bootstrap_servers, create_topic, unique_name};
 use uuid::Uuid;
 
-use crate::helpers::{PARTITIONS, RelayTest};
+use crate::helpers::{Mode, PARTITIONS, RelayProcess, RelayTest};
 
 async fn parked(test: &RelayTest) -> Vec<Uuid> {
     sqlx::query_scalar("select id from outbox where parked_at is not null order by seq")
@@ -18,17 +23,42 @@ async fn parked(test: &RelayTest) -> Vec<Uuid> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_later_row_of_an_aggregate_waits_for_an_earlier_oversized_one() {
-    let test = RelayTest::new().await;
+/// Writes the test's rows with `write` and runs the relay: in poll mode
+/// the rows are there when it starts; in CDC mode they are written once it
+/// streams.
+async fn write_and_relay<T>(
+    test: &RelayTest,
+    mode: Mode,
+    args: &[&str],
+    envs: &[(&str, String)],
+    write: impl AsyncFnOnce(&RelayTest) -> T,
+) -> (RelayProcess, T) {
+    match mode {
+        Mode::Poll => {
+            let written = write(test).await;
+            (test.start_relay_with_env(args, envs), written)
+        }
+        Mode::Cdc => {
+            let relay = test.start_relay_with_env(args, envs);
+            test.wait_until_streaming(&relay).await;
+            (relay, write(test).await)
+        }
+    }
+}
+
+async fn a_later_row_waits_for_an_earlier_oversized_one(mode: Mode) {
+    let test = RelayTest::in_mode(mode, &bootstrap_servers()).await;
     // Over the producer's message.max.bytes (1 MB): the row's own fault.
     let huge = format!(r#"{{"n": 0, "blob": "{}"}}"#, "x".repeat(2_000_000));
-    let first = test.insert_row(&test.aggregate_type, "held", &huge).await;
-    let second = test
-        .insert_row(&test.aggregate_type, "held", r#"{"n": 1}"#)
+    let (relay, (first, second, others)) =
+        write_and_relay(&test, mode, &["--max-attempts", "2"], &[], async |test| {
+            let first = test.write_row(&test.aggregate_type, "held", &huge).await;
+            let second = test
+                .write_row(&test.aggregate_type, "held", r#"{"n": 1}"#)
+                .await;
+            (first, second, test.insert_events(5, 4).await)
+        })
         .await;
-    let others = test.insert_events(5, 4).await;
-    let relay = test.start_relay(&["--max-attempts", "2"]);
 
     eventually(
         "the oversized row is parked",
@@ -59,9 +89,12 @@ async fn a_later_row_of_an_aggregate_waits_for_an_earlier_oversized_one() {
         )
         .await;
 
-    // Fixed and un-parked (docs/relay.md): both go, in order.
+    // Fixed and un-parked (docs/relay.md, "Un-parking a row"): both go, in order.
     sqlx::query(
-        "update outbox set payload = '{\"n\": 0}', parked_at = null, attempts = 0 where id = $1",
+        "update outbox set payload = '{\"n\": 0}', parked_at = null, attempts = 0,
+                           last_error = null, deferrals = greatest(deferrals, 1),
+                           next_attempt_at = now()
+         where id = $1",
     )
     .bind(first)
     .execute(&test.pool)
@@ -70,23 +103,38 @@ async fn a_later_row_of_an_aggregate_waits_for_an_earlier_oversized_one() {
     let held = reader.read_at_least(2, Duration::from_secs(30)).await;
     let ids: Vec<String> = held.iter().filter_map(|r| r.header("id")).collect();
     assert_eq!(ids, [first.to_string(), second.to_string()]);
+    test.wait_until_drained(Duration::from_secs(30)).await;
     relay.service.terminate(Duration::from_secs(30)).await;
 }
 
 #[tokio::test]
-async fn rows_for_a_topic_that_does_not_exist_are_never_parked_and_go_once_it_exists() {
-    let test = RelayTest::new().await;
+async fn a_later_row_of_an_aggregate_waits_for_an_earlier_oversized_one() {
+    a_later_row_waits_for_an_earlier_oversized_one(Mode::Poll).await;
+}
+
+#[tokio::test]
+async fn cdc_a_later_row_of_an_aggregate_waits_for_an_earlier_oversized_one() {
+    a_later_row_waits_for_an_earlier_oversized_one(Mode::Cdc).await;
+}
+
+async fn a_missing_topic_parks_nothing_and_its_rows_go_once_it_exists(mode: Mode) {
+    let test = RelayTest::in_mode(mode, &bootstrap_servers()).await;
     let missing_type = unique_name("relaytestmissing").replace('-', "");
     let missing_topic = format!("{missing_type}.eventos");
-    let waiting = test.insert_row(&missing_type, "m", r#"{"n": 0}"#).await;
-    let others = test.insert_events(5, 4).await;
     // librdkafka fails a record for a topic the broker says does not exist
     // (UnknownTopic) once this has passed; by default the delivery timeout
     // comes first.
-    let relay = test.start_relay_with_env(
+    let (relay, (waiting, others)) = write_and_relay(
+        &test,
+        mode,
         &["--max-attempts", "2", "--delivery-timeout", "5s"],
         &[("KAFKA_TOPIC_METADATA_PROPAGATION_MAX_MS", "200".to_owned())],
-    );
+        async |test| {
+            let waiting = test.write_row(&missing_type, "m", r#"{"n": 0}"#).await;
+            (waiting, test.insert_events(5, 4).await)
+        },
+    )
+    .await;
 
     let records = test
         .reader()
@@ -119,23 +167,35 @@ async fn rows_for_a_topic_that_does_not_exist_are_never_parked_and_go_once_it_ex
 }
 
 #[tokio::test]
-async fn rows_that_cannot_be_delivered_do_not_hold_back_the_rows_behind_them() {
-    let test = RelayTest::new().await;
+async fn rows_for_a_topic_that_does_not_exist_are_never_parked_and_go_once_it_exists() {
+    a_missing_topic_parks_nothing_and_its_rows_go_once_it_exists(Mode::Poll).await;
+}
+
+#[tokio::test]
+async fn cdc_rows_for_a_topic_that_does_not_exist_are_never_parked_and_go_once_it_exists() {
+    a_missing_topic_parks_nothing_and_its_rows_go_once_it_exists(Mode::Cdc).await;
+}
+
+async fn undeliverable_rows_do_not_hold_back_the_rows_behind_them(mode: Mode) {
+    let test = RelayTest::in_mode(mode, &bootstrap_servers()).await;
     let missing_type = unique_name("relaytesthol").replace('-', "");
-    // More undeliverable rows than a read takes, all older than the rest.
-    for i in 0..30 {
-        test.insert_row(&missing_type, &format!("m{i}"), r#"{"n": 0}"#)
-            .await;
-    }
-    let others = test.insert_events(10, 2).await;
-    let relay = test.start_relay(&[
+    let args = [
         "--batch-size",
         "10",
         "--max-attempts",
         "1000",
         "--delivery-timeout",
         "2s",
-    ]);
+    ];
+    let (relay, others) = write_and_relay(&test, mode, &args, &[], async |test| {
+        // More undeliverable rows than a read takes, all older than the rest.
+        for i in 0..30 {
+            test.write_row(&missing_type, &format!("m{i}"), r#"{"n": 0}"#)
+                .await;
+        }
+        test.insert_events(10, 2).await
+    })
+    .await;
 
     let records = test
         .reader()
@@ -143,4 +203,14 @@ async fn rows_that_cannot_be_delivered_do_not_hold_back_the_rows_behind_them() {
         .await;
     assert_eq!(records.len(), others.len());
     relay.service.terminate(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn rows_that_cannot_be_delivered_do_not_hold_back_the_rows_behind_them() {
+    undeliverable_rows_do_not_hold_back_the_rows_behind_them(Mode::Poll).await;
+}
+
+#[tokio::test]
+async fn cdc_rows_that_cannot_be_delivered_do_not_hold_back_the_rows_behind_them() {
+    undeliverable_rows_do_not_hold_back_the_rows_behind_them(Mode::Cdc).await;
 }

@@ -106,3 +106,72 @@ async fn no_relay_statement_scans_the_whole_outbox() {
         "a relay statement read the whole outbox table"
     );
 }
+
+/// Rows read from the outbox table by scans of any kind, so far.
+async fn outbox_rows_scanned(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+         from pg_stat_user_tables where relname = 'outbox'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A broken topic's backlog: 20 000 rows stepped aside, waiting out a
+/// broker fault, and a few fresh rows behind them. A read must cost what
+/// it returns, not what waits: before, both halves of the read walked
+/// every pending row (the deferred ones fail its filters one by one), so
+/// every poll got slower as the backlog grew, until reads outlasted the
+/// lease's send window (issue 34, item 4).
+#[tokio::test]
+async fn a_read_does_not_walk_the_rows_waiting_out_a_broker_fault() {
+    let test = RelayTest::new().await;
+    sqlx::query(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload, deferrals,
+                             next_attempt_at, last_error)
+         select gen_random_uuid(), 'broken', 'b-' || i, 'TestEvent', '{}', 3,
+                now() + interval '1 hour', 'UnknownTopicOrPartition'
+         from generate_series(1, 20000) as i",
+    )
+    .execute(&test.pool)
+    .await
+    .unwrap();
+    let fresh = test.insert_events(5, 1).await;
+    sqlx::query("analyze outbox")
+        .execute(&test.pool)
+        .await
+        .unwrap();
+
+    let relay = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(test.database.options.clone())
+        .await
+        .unwrap();
+    let flush = async || {
+        sqlx::query("select pg_stat_force_next_flush()")
+            .execute(&relay)
+            .await
+            .unwrap();
+        sqlx::query("select 1").execute(&relay).await.unwrap();
+    };
+    flush().await;
+    let before = outbox_rows_scanned(&test.pool).await;
+    let pending = {
+        let mut conn = relay.acquire().await.unwrap();
+        store::fetch_pending(&mut conn, 100).await.unwrap()
+    };
+    flush().await;
+    let scanned = outbox_rows_scanned(&test.pool).await - before;
+
+    let mut read: Vec<uuid::Uuid> = pending.iter().map(|row| row.id).collect();
+    read.sort();
+    let mut expected = fresh.clone();
+    expected.sort();
+    assert_eq!(read, expected, "the fresh rows, none that waits");
+    assert!(
+        scanned < 1_000,
+        "one read scanned {scanned} outbox rows to return {}: it walks the waiting backlog",
+        pending.len()
+    );
+}
