@@ -17,3 +17,4 @@ pub mod postgres; // private PostgreSQL clusters for restart tests
 pub mod process; // service binaries as child processes, signals, their logs
 pub mod proxy; // a TCP proxy a test can blackhole: a network partition
 pub mod raw; // records rdkafka cannot express: header names that are not UTF-8
+pub mod terminal; // a record's bytes that would drive a terminal, and the check

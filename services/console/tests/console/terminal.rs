@@ -1,21 +1,17 @@
 //! What a record holds reaches the operator's terminal escaped: a hostile
 //! producer cannot drive it (ANSI/OSC sequences) through `entrega`.
 
+use test_support::terminal::{CONTROL, CONTROL_ESCAPED, assert_no_terminal_control};
 use uuid::Uuid;
 
 use crate::helpers::{ConsoleTest, Message, ORDERS_DLT, ORDERS_TOPIC};
 
-/// An OSC sequence that sets the window title, ended by BEL.
-const TERMINAL_CONTROL: &str = "\x1b]0;pwn\x07";
-/// The same as the console prints it.
-const TERMINAL_CONTROL_ESCAPED: &str = r"\u{1b}]0;pwn\u{7}";
-
 #[tokio::test]
 async fn dlt_list_and_show_print_a_records_control_characters_escaped() {
     let test = ConsoleTest::new().await;
-    let key = format!("key{TERMINAL_CONTROL}");
-    let value = format!("{{value{TERMINAL_CONTROL}");
-    let header = format!("header{TERMINAL_CONTROL}");
+    let key = format!("key{CONTROL}");
+    let value = format!("{{value{CONTROL}");
+    let header = format!("header{CONTROL}");
     let id = Uuid::now_v7().to_string();
     let offset = test
         .dead_letter(
@@ -38,23 +34,16 @@ async fn dlt_list_and_show_print_a_records_control_characters_escaped() {
         .await;
     for run in [&listed, &shown] {
         assert_eq!(run.code, Some(0), "{run:?}");
-        let printed = format!("{}{}", run.stdout, run.stderr);
-        assert!(
-            !printed.contains(['\x1b', '\x07']),
-            "a record's bytes reached the terminal raw:\n{}",
-            printed.replace('\x1b', "<ESC>").replace('\x07', "<BEL>")
-        );
+        assert_no_terminal_control(&format!("{}{}", run.stdout, run.stderr));
     }
     assert!(
-        listed
-            .stdout
-            .contains(&format!("key{TERMINAL_CONTROL_ESCAPED}")),
+        listed.stdout.contains(&format!("key{CONTROL_ESCAPED}")),
         "{listed:?}"
     );
     for expected in [
-        format!("key:      key{TERMINAL_CONTROL_ESCAPED}"),
-        format!("{{value{TERMINAL_CONTROL_ESCAPED}"),
-        format!("note: header{TERMINAL_CONTROL_ESCAPED}"),
+        format!("key:      key{CONTROL_ESCAPED}"),
+        format!("{{value{CONTROL_ESCAPED}"),
+        format!("note: header{CONTROL_ESCAPED}"),
     ] {
         assert!(
             shown.stdout.contains(&expected),

@@ -3,6 +3,7 @@ use std::time::Duration;
 use test_support::broker::PrivateBroker;
 use test_support::eventually::eventually;
 use test_support::kafka::TopicReader;
+use test_support::terminal::{CONTROL, CONTROL_ESCAPED, assert_no_terminal_control};
 use uuid::Uuid;
 
 use crate::helpers::{InventoryTest, Outgoing, PARTITIONS, inventory_server};
@@ -258,22 +259,16 @@ async fn dlt_tools_start_at_the_low_watermark_and_report_expired_records() {
     assert_eq!(copies, [Some(ids[1].clone()), Some(ids[2].clone())]);
 }
 
-/// What a hostile producer can put in a record to drive the operator's
-/// terminal: an OSC sequence that sets the window title, ended by BEL.
-const TERMINAL_CONTROL: &str = "\x1b]0;pwn\x07";
-/// The same as the tools must print it.
-const TERMINAL_CONTROL_ESCAPED: &str = r"\u{1b}]0;pwn\u{7}";
-
 #[tokio::test]
 async fn dlt_list_and_show_print_a_records_control_characters_escaped() {
     let test = InventoryTest::new().await;
     let service = test.start(&[], &[]).await;
     let mut hostile = Outgoing::order(Uuid::now_v7(), &[("ABC-1", 1)]);
-    hostile.key = Some(format!("key{TERMINAL_CONTROL}"));
-    hostile.value = Some(format!("{{value{TERMINAL_CONTROL}"));
+    hostile.key = Some(format!("key{CONTROL}"));
+    hostile.value = Some(format!("{{value{CONTROL}"));
     hostile
         .headers
-        .push(("note", Some(format!("header{TERMINAL_CONTROL}"))));
+        .push(("note", Some(format!("header{CONTROL}"))));
     test.produce(&hostile.on_partition(1)).await;
     let dead = test.dlt_records(1).await;
     assert_eq!(
@@ -288,23 +283,16 @@ async fn dlt_list_and_show_print_a_records_control_characters_escaped() {
         .await;
     for output in [&shown, &listed] {
         assert_eq!(output.code, Some(0), "{output:?}");
-        let printed = format!("{}{}", output.stdout, output.stderr);
-        assert!(
-            !printed.contains(['\x1b', '\x07']),
-            "a record's bytes reached the terminal raw:\n{}",
-            printed.replace('\x1b', "<ESC>").replace('\x07', "<BEL>")
-        );
+        assert_no_terminal_control(&format!("{}{}", output.stdout, output.stderr));
     }
     assert!(
-        listed
-            .stdout
-            .contains(&format!("key{TERMINAL_CONTROL_ESCAPED}")),
+        listed.stdout.contains(&format!("key{CONTROL_ESCAPED}")),
         "{listed:?}"
     );
     for expected in [
-        format!("key:       key{TERMINAL_CONTROL_ESCAPED}"),
-        format!("value:     {{value{TERMINAL_CONTROL_ESCAPED}"),
-        format!("note: header{TERMINAL_CONTROL_ESCAPED}"),
+        format!("key:       key{CONTROL_ESCAPED}"),
+        format!("value:     {{value{CONTROL_ESCAPED}"),
+        format!("note: header{CONTROL_ESCAPED}"),
     ] {
         assert!(
             shown.stdout.contains(&expected),
