@@ -217,11 +217,44 @@ async fn publish_batch(
     metrics::histogram!("relay_statement_duration_seconds", "statement" => "read")
         .record(read_at.elapsed().as_secs_f64());
     tracing::Span::current().record("rows", rows.len());
+    let recording = Recording {
+        after_publish: settings.after_publish,
+        max_attempts: settings.max_attempts,
+        max_wait: settings.max_backoff,
+        delivery_timeout: settings.delivery_timeout,
+    };
+    publish_rows(leader, &rows, &recording, publisher, log).await
+}
+
+/// How the outcome of rows read from the table is recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Recording {
+    pub after_publish: AfterPublish,
+    /// Failures caused by a row itself before it is parked.
+    pub max_attempts: i32,
+    /// Longest wait of a row that steps aside after a broker fault.
+    pub max_wait: Duration,
+    pub delivery_timeout: Duration,
+}
+
+/// Publishes `rows`, read from the table by the leader, and records each
+/// outcome there: published rows are marked (or deleted), poison rows
+/// charged an attempt (parked at `max_attempts`), rows the broker did not
+/// take stepped aside with a backoff, withheld rows left as they are for
+/// the next read. Poll mode's batches and CDC mode's stepped-aside rows go
+/// this way. The caller's span gets the `published` field.
+pub async fn publish_rows(
+    leader: &mut Leader,
+    rows: &[crate::record::OutboxRow],
+    recording: &Recording,
+    publisher: &mut Publisher,
+    log: &mut DeliveryLogWriter,
+) -> Result<BatchOutcome, LeadershipError> {
     let send_by = leader
-        .send_deadline_renewed(settings.delivery_timeout)
+        .send_deadline_renewed(recording.delivery_timeout)
         .await?;
     let started = Instant::now();
-    let outcomes = publisher.publish(&rows, send_by).await;
+    let outcomes = publisher.publish(rows, send_by).await;
     metrics::histogram!("relay_batch_publish_duration_seconds")
         .record(started.elapsed().as_secs_f64());
 
@@ -240,7 +273,7 @@ async fn publish_batch(
         }
     }
     if !published.is_empty() {
-        let after_publish = settings.after_publish;
+        let after_publish = recording.after_publish;
         let marked_at = Instant::now();
         leader
             .run(async |conn| store::record_published(conn, &published, after_publish, log).await)
@@ -257,12 +290,12 @@ async fn publish_batch(
         for (id, error) in &poison {
             tracing::warn!(outbox.id = %id, error.message = %error, "row failed to publish");
         }
-        let max_attempts = settings.max_attempts;
+        let max_attempts = recording.max_attempts;
         let parked = leader
             .run(async |conn| store::record_poison(conn, &poison, max_attempts).await)
             .await?;
         for id in &parked {
-            tracing::error!(outbox.id = %id, max_attempts = settings.max_attempts,
+            tracing::error!(outbox.id = %id, max_attempts,
                 "row parked after repeated failures; the later rows of its aggregate wait until it is un-parked (docs/relay.md)");
         }
         metrics::counter!("outbox_parked_total").increment(parked.len() as u64);
@@ -272,7 +305,7 @@ async fn publish_batch(
             .increment(transient.len() as u64);
         tracing::warn!(rows = transient.len(), error.message = %transient[0].1,
             "the broker did not take the rows; they step aside and are retried with a backoff");
-        let max_wait = settings.max_backoff;
+        let max_wait = recording.max_wait;
         leader
             .run(async |conn| store::record_transient(conn, &transient, max_wait).await)
             .await?;

@@ -40,7 +40,7 @@ use super::slot::{self, SlotError};
 use crate::leadership::{Election, Leader, LeadershipError};
 use crate::publisher::{Outcome, Publisher};
 use crate::record::OutboxRow;
-use crate::relay::{self, Backoff, RelayStatus};
+use crate::relay::{self, Backoff, BatchOutcome, Recording, RelayStatus};
 use crate::store::{self, AfterPublish, Aside, Delivery, DeliveryLog, DeliveryLogWriter};
 
 /// How long a committed transaction waits for more to join its batch: the
@@ -559,54 +559,29 @@ impl<'a> Session<'a> {
         if rows.is_empty() {
             return self.look_for_stepped_aside().await;
         }
-        let send_by = self
-            .leader
-            .send_deadline_renewed(self.settings.delivery_timeout)
-            .await?;
-        let outcomes = self.publisher.publish(&rows, send_by).await;
-        let mut published = Vec::new();
-        let mut poison = Vec::new();
-        let mut failed = Vec::new();
-        for (row, outcome) in rows.iter().zip(outcomes) {
-            match outcome {
-                Outcome::Published { partition, offset } => {
-                    published.push(Delivery::of(row, partition, offset));
-                }
-                Outcome::Poison(error) => poison.push((row.id, error)),
-                Outcome::Transient(error) => failed.push((row.id, error)),
-                Outcome::Withheld => failed.push((row.id, "withheld".to_owned())),
-            }
-        }
-        // The relay wrote these rows itself in delete-in-transaction
-        // cleanup: they go once published.
-        let after = self.settings.after_publish.unwrap_or(AfterPublish::Delete);
-        let log = &mut self.log;
-        self.leader
-            .run(async |conn| store::record_published(conn, &published, after, log).await)
-            .await?;
-        if !poison.is_empty() {
-            self.leader
-                .run(async |conn| store::record_poison(conn, &poison, 1).await)
-                .await?;
-            metrics::counter!("outbox_parked_total").increment(poison.len() as u64);
-        }
-        if !failed.is_empty() {
-            let max_wait = self.settings.max_backoff;
-            self.leader
-                .run(async |conn| store::record_transient(conn, &failed, max_wait).await)
-                .await?;
-        }
-        metrics::counter!("outbox_published_total").increment(published.len() as u64);
-        tracing::Span::current().record("published", published.len());
+        let recording = Recording {
+            // The relay wrote these rows itself in delete-in-transaction
+            // cleanup: they go once published.
+            after_publish: self.settings.after_publish.unwrap_or(AfterPublish::Delete),
+            // A row the stream parks is parked at once; so is one here.
+            max_attempts: 1,
+            max_wait: self.settings.max_backoff,
+            delivery_timeout: self.settings.delivery_timeout,
+        };
+        let outcome = relay::publish_rows(
+            &mut self.leader,
+            &rows,
+            &recording,
+            self.publisher,
+            &mut self.log,
+        )
+        .await?;
         // Later rows of the same aggregates may be eligible now.
-        self.aside_due = Some(
-            Instant::now()
-                + if published.is_empty() {
-                    ASIDE_MIN_WAIT
-                } else {
-                    Duration::ZERO
-                },
-        );
+        let next = match outcome {
+            BatchOutcome::Published(_) => Duration::ZERO,
+            _ => ASIDE_MIN_WAIT,
+        };
+        self.aside_due = Some(Instant::now() + next);
         // Nothing of the stream's changed, but an idle stream confirms here too.
         client.update_applied_lsn(wire(self.progress.confirmable()));
         Ok(())
