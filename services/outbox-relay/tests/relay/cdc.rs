@@ -585,19 +585,6 @@ fn undeliverable_for() -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
-/// True once the slot's confirmed position is past `lsn`.
-async fn confirmed_past(pool: &PgPool, slot: &str, lsn: &str) -> bool {
-    sqlx::query_scalar::<_, Option<bool>>(
-        "select confirmed_flush_lsn > $2::pg_lsn from pg_replication_slots where slot_name = $1",
-    )
-    .bind(slot)
-    .bind(lsn)
-    .fetch_one(pool)
-    .await
-    .unwrap()
-    .unwrap_or(false)
-}
-
 /// One record the broker cannot take (its topic does not exist), under a
 /// trickle of healthy orders and other tables' writes. Before, the stream
 /// ended at every attempt and replayed from the confirmed position for
@@ -627,7 +614,7 @@ async fn cdc_one_undeliverable_record_neither_stops_the_stream_nor_pins_the_wal(
     eventually(
         "the slot confirms past the last healthy order",
         Duration::from_secs(60),
-        || async { confirmed_past(&test.pool, &slot, &last).await.then_some(()) },
+        || async { test.confirmed_past(&last).await.then_some(()) },
     )
     .await;
     let retained_at_end = eventually(

@@ -150,21 +150,16 @@ async fn a_delivery_log_that_cannot_be_written_does_not_stop_the_relay() {
         .await
         .unwrap();
     inserted.extend(test.insert_events(10, 2).await);
-    test.wait_until_drained(Duration::from_secs(60)).await;
-    relay
-        .wait_for_metric(
-            "the relay counts the log's failure",
-            "relay_delivery_log_failures_total",
-            Duration::from_secs(10),
-        )
-        .await;
+    // Exported at 0 from the start: the count must move.
+    eventually(
+        "the relay counts the log's failure",
+        Duration::from_secs(60),
+        || async { (relay.metric("relay_delivery_log_failures_total").await > 0.0).then_some(()) },
+    )
+    .await;
     // Time for a batch published again to arrive.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let records = test
-        .reader()
-        .read_at_least(inserted.len(), Duration::from_secs(30))
-        .await;
-    let result = crate::helpers::delivery(&records, &inserted);
+    let result = test.delivery_once_drained(&inserted).await;
     assert_eq!((result.lost, result.duplicates), (0, 0), "{result:?}");
     let logged: i64 = sqlx::query_scalar("select count(*) from outbox_delivery")
         .fetch_one(&test.pool)
@@ -230,7 +225,7 @@ async fn reads_held_past_the_send_window_still_publish_between_the_holds() {
         published
     };
     let (inserted, published) = tokio::join!(trickle, holds);
-    test.wait_until_drained(Duration::from_secs(60)).await;
+    let result = test.delivery_once_drained(&inserted).await;
 
     let rounds_with_progress = published.windows(2).filter(|w| w[1] > w[0]).count();
     let reads = relay
@@ -252,11 +247,6 @@ async fn reads_held_past_the_send_window_still_publish_between_the_holds() {
         reads <= 30.0,
         "{reads} reads found rows in ten holds: the leader re-read in a loop"
     );
-    let records = test
-        .reader()
-        .read_at_least(inserted.len(), Duration::from_secs(30))
-        .await;
-    let result = crate::helpers::delivery(&records, &inserted);
     assert_eq!((result.lost, result.duplicates), (0, 0), "{result:?}");
     relay.service.terminate(Duration::from_secs(30)).await;
 }

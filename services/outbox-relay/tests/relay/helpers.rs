@@ -150,7 +150,7 @@ impl RelayTest {
     }
 
     /// True once the slot's confirmed position passed `lsn`.
-    async fn confirmed_past(&self, lsn: &str) -> bool {
+    pub(crate) async fn confirmed_past(&self, lsn: &str) -> bool {
         sqlx::query_scalar::<_, Option<bool>>(
             "select confirmed_flush_lsn > $2::pg_lsn from pg_replication_slots where slot_name = $1",
         )
