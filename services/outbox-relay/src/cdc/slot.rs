@@ -224,14 +224,19 @@ pub async fn end_stream(
     conn: &mut sqlx::PgConnection,
     slot: &str,
 ) -> Result<Option<i32>, sqlx::Error> {
-    sqlx::query_scalar(
-        "select active_pid from pg_replication_slots
-         where slot_name = $1 and active_pid is not null
-           and pg_terminate_backend(active_pid, 2000)",
+    // pg_terminate_backend in the select list, never in the where clause:
+    // the planner may evaluate a where clause's conditions in any order, and
+    // so end every slot's walsender on the server, other relays' included
+    // (seen: a neighbour's slot creation cut off).
+    let ended: Option<(i32, bool)> = sqlx::query_as(
+        "select active_pid, pg_terminate_backend(active_pid, 2000)
+         from pg_replication_slots
+         where slot_name = $1 and active_pid is not null",
     )
     .bind(slot)
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(ended.and_then(|(pid, terminated)| terminated.then_some(pid)))
 }
 
 fn sqlstate(error: &sqlx::Error) -> Option<String> {

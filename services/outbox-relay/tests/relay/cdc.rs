@@ -720,3 +720,46 @@ async fn a_publication_that_carries_other_tables_is_refused_at_start_up() {
         "{log}"
     );
 }
+
+/// A new leader ends the walsender that still holds its own slot, and no
+/// other: relays of other databases stream slots on the same server. Seen
+/// in CI before: the condition on the slot's name was not evaluated first,
+/// and a neighbour's stream (there, its slot being created) was cut off.
+#[tokio::test]
+async fn ending_a_stale_stream_ends_only_the_one_on_this_relays_slot() {
+    let neighbour = RelayTest::in_mode(Mode::Cdc, &bootstrap_servers()).await;
+    let relay = neighbour.start_relay(&[]);
+    neighbour.wait_until_streaming(&relay).await;
+    let slot = neighbour.cdc_slot.clone().unwrap();
+    let walsender = |pool: PgPool, slot: String| async move {
+        sqlx::query_scalar::<_, Option<i32>>(
+            "select active_pid from pg_replication_slots where slot_name = $1",
+        )
+        .bind(slot)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let streaming = walsender(neighbour.pool.clone(), slot.clone()).await;
+    assert!(streaming.is_some());
+
+    let test = RelayTest::in_mode(Mode::Cdc, &bootstrap_servers()).await;
+    let own = test.cdc_slot.clone().unwrap();
+    sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput')")
+        .bind(&own)
+        .execute(&test.pool)
+        .await
+        .unwrap();
+    let mut conn = test.pool.acquire().await.unwrap();
+    let ended = outbox_relay::cdc::slot::end_stream(&mut conn, &own)
+        .await
+        .unwrap();
+    assert_eq!(ended, None, "nothing streamed this relay's slot");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        walsender(neighbour.pool.clone(), slot).await,
+        streaming,
+        "the neighbour's stream was ended"
+    );
+    relay.service.terminate(Duration::from_secs(30)).await;
+}
