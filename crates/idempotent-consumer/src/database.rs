@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::retry::{AttemptError, RetryPolicy};
+use service_support::retry::{self, AttemptError, RetryPolicy};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -88,9 +88,8 @@ impl Database {
                 () = shutdown.cancelled() => return,
             }
             // It failed a moment ago: give it that moment before the first probe.
-            tokio::select! {
-                () = tokio::time::sleep(policy.first_wait) => {}
-                () = shutdown.cancelled() => return,
+            if !retry::sleep(policy.first_wait, &shutdown).await {
+                return;
             }
             let answered = policy
                 .run(&shutdown, |_| async {

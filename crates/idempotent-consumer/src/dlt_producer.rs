@@ -22,7 +22,7 @@ use super::dlt::DeadLetter;
 use super::failure::Failure;
 use super::health::Health;
 use super::record::Record;
-use super::retry::{AttemptError, GaveUp, RetryPolicy};
+use service_support::retry::{AttemptError, GaveUp, RetryPolicy};
 
 /// How long one send may wait to be enqueued when librdkafka's queue is full.
 const QUEUE_WAIT: Duration = Duration::from_secs(5);

@@ -22,11 +22,14 @@ use std::ffi::{CStr, c_char, c_void};
 use rdkafka::message::BorrowedMessage;
 use rdkafka_sys as sys;
 
-use super::record::Header;
+/// A header as read: its name's bytes and its value, if any.
+pub(super) type RawHeader = (Vec<u8>, Option<Vec<u8>>);
 
 /// The headers of `message`, in record order; `Err` when librdkafka cannot
 /// parse them from the record at all.
-pub(super) fn read(message: &BorrowedMessage<'_>) -> Result<Vec<Header>, sys::rd_kafka_resp_err_t> {
+pub(super) fn read(
+    message: &BorrowedMessage<'_>,
+) -> Result<Vec<RawHeader>, sys::rd_kafka_resp_err_t> {
     let mut headers: *mut sys::rd_kafka_headers_t = std::ptr::null_mut();
     // SAFETY: `message.ptr()` is the live message the borrow keeps alive;
     // librdkafka writes a pointer to headers that the message owns (never
@@ -60,7 +63,7 @@ pub(super) fn read(message: &BorrowedMessage<'_>) -> Result<Vec<Header>, sys::rd
             // SAFETY: `size` readable bytes at `value` (above), copied at once.
             unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }.to_vec()
         });
-        read.push(Header { name, value });
+        read.push((name, value));
     }
     Ok(read)
 }

@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::Handler;
 use super::pipeline::Pipeline;
-use super::poller::KafkaConsumer;
 use super::record::Record;
 
 /// No offset known yet.
@@ -109,11 +108,11 @@ impl Assignment {
     }
 
     /// Starts the worker, unless it runs or waits for a rewind or a restart.
-    pub(super) fn start_worker<H: Handler>(
+    pub(super) fn start_worker<H: Handler, C: ConsumerContext + 'static>(
         &mut self,
         runtime: &tokio::runtime::Handle,
         pipeline: &Arc<Pipeline<H>>,
-        consumer: &Arc<KafkaConsumer>,
+        consumer: &Arc<BaseConsumer<C>>,
         max_batch: usize,
     ) {
         if self.worker.is_some() || self.restart_at.is_some_and(|at| Instant::now() < at) {
@@ -170,10 +169,10 @@ impl Assignment {
     }
 }
 
-async fn work<H: Handler>(
+async fn work<H: Handler, C: ConsumerContext>(
     mut queue: mpsc::UnboundedReceiver<Record>,
     pipeline: Arc<Pipeline<H>>,
-    consumer: Arc<KafkaConsumer>,
+    consumer: Arc<BaseConsumer<C>>,
     shared: Arc<Shared>,
     token: CancellationToken,
     max_batch: usize,

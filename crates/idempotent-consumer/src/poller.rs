@@ -224,8 +224,8 @@ impl<H: Handler> Poller<H> {
     }
 
     fn tend(&self, context: &Context) {
-        let stopped = self.pipeline.consuming.is_cancelled();
-        let database_down = !self.pipeline.database.is_available();
+        let stopped = self.pipeline.policy.consuming.is_cancelled();
+        let database_down = !self.pipeline.policy.health.database().is_available();
         let mut paused = 0;
         let mut assignments = lock(&context.assignments);
         for assignment in assignments.values_mut() {
@@ -290,7 +290,7 @@ impl<H: Handler> Poller<H> {
                 Ok(()) => "it returned".to_owned(),
             })
             .unwrap_or_default();
-        self.pipeline.health.worker_died();
+        self.pipeline.policy.health.worker_died();
         // No partition label: a labelled series would first appear at 1, and
         // `increase()` cannot see a series' first sample (the log names it).
         metrics::counter!("consumer_worker_restarts_total").increment(1);

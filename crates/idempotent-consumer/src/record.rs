@@ -70,7 +70,13 @@ impl Record {
     /// Copies a consumed message. Never panics, whatever its bytes.
     pub fn from_message(message: &BorrowedMessage<'_>) -> Self {
         let (headers, unreadable_headers) = match native_headers::read(message) {
-            Ok(headers) => (headers, false),
+            Ok(headers) => (
+                headers
+                    .into_iter()
+                    .map(|(name, value)| Header { name, value })
+                    .collect(),
+                false,
+            ),
             Err(_) => (Vec::new(), true),
         };
         Self {

@@ -1,7 +1,6 @@
 //! A service's consumer assembled from its options and run: the one way
 //! every service starts its consumer, so that each brings only a handler.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -9,14 +8,16 @@ use rdkafka::error::KafkaError;
 use service_support::kafka::PassthroughError;
 use tokio_util::sync::CancellationToken;
 
+use super::consumer::{ConsumerError, Settings, consumer_settings, run};
 use super::dlt_producer::{DltProducer, producer_settings};
 use super::failure::DltReason;
 use super::handler::Handler;
 use super::health::Health;
 use super::pipeline::Pipeline;
-use super::retry::RetryPolicy;
+use super::policy::DeadLetterPolicy;
+use super::processed::{self, Retention, RetentionError};
 use super::topics::{self, TopicError};
-use super::{ConsumerError, Settings, consumer_settings, run};
+use service_support::retry::{self, RetryPolicy};
 
 /// What a service decides about its consumer.
 #[derive(Debug, Clone)]
@@ -36,6 +37,11 @@ pub struct ConsumerOptions {
     pub session_timeout: Duration,
     /// How long a revoke (or shutdown) waits for the attempt in flight.
     pub revoke_grace: Duration,
+    /// How long the dedupe rows are kept: checked against the topic's
+    /// retention at start-up when `retention_every` is set.
+    pub retention: Retention,
+    /// Purge the dedupe rows this often while serving; `None`: never.
+    pub retention_every: Option<Duration>,
 }
 
 impl ConsumerOptions {
@@ -61,10 +67,13 @@ pub enum ServeError {
     Topics(#[from] TopicError),
     #[error("the consumer failed")]
     Consumer(#[from] ConsumerError),
+    #[error("the processed-table retention is not safe")]
+    Retention(#[from] RetentionError),
 }
 
 /// Waits for the topics, then consumes with `handler` until `shutdown`
-/// (see [`run`]). `health` is the one the service's readiness reads.
+/// (see [`run`]), purging old dedupe rows beside it when asked to.
+/// `health` is the one the service's readiness reads.
 pub async fn serve<H: Handler>(
     handler: H,
     options: &ConsumerOptions,
@@ -81,13 +90,33 @@ pub async fn serve<H: Handler>(
         health.clone(),
     )?;
     let consumer_name = handler.consumer_name();
+    let purging = shutdown.child_token();
+    let purge = match options.retention_every {
+        Some(every) => {
+            // Refused before anything is consumed: an unsafe window would
+            // let a late redelivery apply twice.
+            options
+                .retention
+                .check(&options.kafka_config(&[])?, &options.topic)
+                .await?;
+            Some(tokio::spawn(processed::purge_every(
+                health.database().pool().clone(),
+                consumer_name,
+                every,
+                options.retention.keep,
+                purging.clone(),
+            )))
+        }
+        None => None,
+    };
     let pipeline = Pipeline {
         handler,
-        database: Arc::clone(health.database()),
-        dlt,
-        retry: RetryPolicy::fixed(options.retries, options.retry_backoff),
-        health,
-        consuming: shutdown.child_token(),
+        policy: DeadLetterPolicy {
+            retry: RetryPolicy::fixed(options.retries, options.retry_backoff),
+            dlt,
+            health,
+            consuming: shutdown.child_token(),
+        },
     };
     let settings = Settings {
         topic: options.topic.clone(),
@@ -101,8 +130,12 @@ pub async fn serve<H: Handler>(
         consumer_name,
         options.session_timeout,
     ))?;
-    run(settings, config, pipeline, shutdown).await?;
-    Ok(())
+    let consumed = run(settings, config, pipeline, shutdown).await;
+    purging.cancel();
+    if let Some(purge) = purge {
+        let _ = purge.await;
+    }
+    Ok(consumed?)
 }
 
 /// Checks the topic and its DLT, retrying while the broker is unreachable;
@@ -112,7 +145,8 @@ pub async fn wait_for_topics(
     shutdown: &CancellationToken,
 ) -> Result<bool, ServeError> {
     let config = options.kafka_config(&[])?;
-    let mut wait = Duration::from_millis(200);
+    let mut backoff =
+        RetryPolicy::forever(Duration::from_millis(200), Duration::from_secs(5)).backoff();
     loop {
         let (config, topic, dlt) = (
             config.clone(),
@@ -129,11 +163,9 @@ pub async fn wait_for_topics(
             }
             Err(error) if error.is_retryable() => {
                 tracing::warn!(error.cause_chain = ?error, error.message = %error, "broker not reachable yet; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = shutdown.cancelled() => return Ok(false),
+                if !retry::sleep(backoff.next_wait(), shutdown).await {
+                    return Ok(false);
                 }
-                wait = (wait * 2).min(Duration::from_secs(5));
             }
             Err(error) => return Err(error.into()),
         }
@@ -189,6 +221,10 @@ pub fn describe_metrics() {
         "Dead letters too large for the broker, sent without their value"
     );
     metrics::describe_counter!(
+        "retention_deleted_total",
+        "mensagem_processada rows deleted by retention"
+    );
+    metrics::describe_counter!(
         "consumer_dlt_producer_rebuilds_total",
         "Dead-letter producers replaced by a fresh one (a new producer id) after a failed publish"
     );
@@ -201,6 +237,7 @@ pub fn describe_metrics() {
     metrics::counter!("consumer_dlt_truncated_total").absolute(0);
     metrics::counter!("consumer_dlt_producer_rebuilds_total").absolute(0);
     metrics::counter!("consumer_worker_restarts_total").absolute(0);
+    metrics::counter!("retention_deleted_total").absolute(0);
     metrics::gauge!("consumer_paused_partitions").set(0.0);
     metrics::gauge!("consumer_dlq_circuit_open").set(0.0);
 }

@@ -13,6 +13,9 @@ pub struct ConsumerNames {
     /// `mensagem_processada.consumidor`: not configurable, since another
     /// name would make every message the consumer processed new again.
     pub name: &'static str,
+    /// The outbox `aggregatetype` of the events it consumes: the relay
+    /// publishes them to `<aggregatetype>.eventos`.
+    pub aggregate_type: &'static str,
     pub topic: &'static str,
     pub dlt_topic: &'static str,
     pub group: &'static str,
@@ -21,6 +24,7 @@ pub struct ConsumerNames {
 /// The inventory service's: reserves stock for the orders' events.
 pub const INVENTORY: ConsumerNames = ConsumerNames {
     name: "estoque.reserva",
+    aggregate_type: "pedido",
     topic: "pedido.eventos",
     dlt_topic: "pedido.eventos.dlt",
     group: "estoque",
@@ -29,6 +33,7 @@ pub const INVENTORY: ConsumerNames = ConsumerNames {
 /// The order service's: moves orders on with the inventory's outcomes.
 pub const ORDER_STATUS: ConsumerNames = ConsumerNames {
     name: "pedido.status",
+    aggregate_type: "estoque",
     topic: "estoque.eventos",
     dlt_topic: "estoque.eventos.dlt",
     group: "pedido",

@@ -153,3 +153,16 @@ pub fn init(
     }
     Ok(Telemetry { provider })
 }
+
+/// An error and its sources, on one line (`a: b: c`): how an error is
+/// logged and shown once, whole.
+pub fn cause_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

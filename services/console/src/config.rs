@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
-use idempotent_consumer::tools::DltFilter;
+use consumer_tools::DltFilter;
 use service_support::config::{DatabaseUrl, LogFormat, parse_database_url};
 use service_support::consumers;
 use url::Url;

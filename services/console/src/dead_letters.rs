@@ -3,8 +3,8 @@
 //! DLT tools (the same code as `inventory-service dlt`); what the console
 //! adds is the prediction, which needs both databases.
 
-use idempotent_consumer::tools::{self, Audit, AuditEntry, DltFilter, OperatorError, RedriveArgs};
-use idempotent_consumer::{DltInfo, DltReason, Record, decode_header};
+use consumer_tools::{self as tools, Audit, AuditEntry, DltFilter, OperatorError, RedriveArgs};
+use idempotent_consumer::{DltInfo, DltReason, Record, decode_header, processed};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -241,16 +241,10 @@ pub async fn predict(sources: &Sources, letter: &DeadLetter) -> Result<Predictio
         .is_some_and(|next| next > letter.offset);
 
     let processed_at: Option<OffsetDateTime> = match message_id {
-        Some(id) => {
-            sqlx::query_scalar(
-                "select processada_em from mensagem_processada
-                 where consumidor = $1 and mensagem_id = $2",
-            )
-            .bind(flow.consumer)
-            .bind(id)
-            .fetch_optional(sources.db(flow.consumer_db))
+        Some(id) => processed::processed_at(sources.db(flow.consumer_db), flow.consumer, &[id])
             .await?
-        }
+            .pop()
+            .map(|(_, at)| at),
         None => None,
     };
     let order: Option<(String, Option<OffsetDateTime>)> = match order_id {

@@ -226,5 +226,5 @@ pub async fn blocking<T: Send + 'static>(
 
 /// When a record was written, as the broker stamped it.
 pub fn written_at(record: &Record) -> Option<OffsetDateTime> {
-    idempotent_consumer::tools::dead_lettered_at(record)
+    consumer_tools::dead_lettered_at(record)
 }

@@ -1,10 +1,10 @@
 use anyhow::Context;
 use clap::Parser;
+use consumer_tools::audit::login_name;
 use entrega_console::config::{Cli, Command, DltCommand};
 use entrega_console::sources::Sources;
 use entrega_console::web::{self, Console};
 use entrega_console::{dead_letters, health, journey, present};
-use idempotent_consumer::tools::audit::login_name;
 use service_support::{shutdown, telemetry};
 
 #[tokio::main]

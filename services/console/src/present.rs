@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use idempotent_consumer::tools::present::for_terminal;
+use consumer_tools::present::for_terminal;
 
 use crate::dead_letters::{DeadLetter, Listing, RedriveResult};
 use crate::health::Health;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use idempotent_consumer::tools;
+use consumer_tools as tools;
 use rdkafka::ClientConfig;
 use service_support::consumers;
 use sqlx::PgPool;
@@ -61,7 +61,7 @@ fn flows(args: &SourceArgs) -> [Flow; 2] {
         Flow {
             topic: args.inventory_topic.clone(),
             dlt: args.inventory_dlt_topic.clone(),
-            aggregate_type: "pedido",
+            aggregate_type: consumers::INVENTORY.aggregate_type,
             producer: Db::Orders,
             consumer: consumers::INVENTORY.name,
             group: args.inventory_group.clone(),
@@ -70,7 +70,7 @@ fn flows(args: &SourceArgs) -> [Flow; 2] {
         Flow {
             topic: args.order_status_topic.clone(),
             dlt: args.order_status_dlt_topic.clone(),
-            aggregate_type: "estoque",
+            aggregate_type: consumers::ORDER_STATUS.aggregate_type,
             producer: Db::Inventory,
             consumer: consumers::ORDER_STATUS.name,
             group: args.order_status_group.clone(),

@@ -9,20 +9,19 @@
 use outbox::{OutboxMessage, TraceContext};
 use serde_json::json;
 use service_support::telemetry;
+use service_support::timestamps::rfc3339;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use idempotent_consumer::Claimed;
 
-pub const AGGREGATE_TYPE: &str = "estoque";
+pub const AGGREGATE_TYPE: &str = service_support::consumers::ORDER_STATUS.aggregate_type;
 pub const EVENT_RESERVED: &str = "EstoqueReservado";
 pub const EVENT_REJECTED: &str = "EstoqueRejeitado";
 pub const EVENT_RELEASED: &str = "EstoqueLiberado";
 
 fn now() -> String {
-    let now = OffsetDateTime::now_utc();
-    now.format(&Rfc3339).unwrap_or_else(|_| now.to_string())
+    rfc3339(OffsetDateTime::now_utc())
 }
 
 /// An event continues the trace of the record that caused it, from that

@@ -19,7 +19,6 @@ pub mod event; // PedidoCriado, its parser and domain types (Sku)
 pub mod http; // stock and reservation API, health, metrics
 pub mod inventory; // stock and reservations in PostgreSQL
 pub mod reserving; // the consumer's handler: reserve stock per order
-pub mod retention; // processed-table retention
 pub mod startup; // Application::build and run_until_stopped
 
 pub use startup::{Application, StartupError};

@@ -6,17 +6,16 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use service_support::kafka::PassthroughError;
+use service_support::serving::{self, BindError};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
-use crate::config::{Common, ServeArgs};
+use crate::config::{Common, ConsumerArgs, ServeArgs};
 use crate::http::{self, AppState};
 use crate::reserving::Reserving;
-use crate::retention::{self, RetentionError};
-use idempotent_consumer::{Circuit, ConsumerOptions, Database, Health, ServeError};
+use idempotent_consumer::{Database, Health, ServeError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -28,18 +27,12 @@ pub enum StartupError {
     },
     #[error("cannot apply the inventory database migrations")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] BindError),
     #[error(transparent)]
     Passthrough(#[from] PassthroughError),
     #[error(transparent)]
     Consumer(#[from] ServeError),
-    #[error("the processed-table retention is not safe")]
-    Retention(#[from] RetentionError),
 }
 
 /// The database pool every command uses: SQL statements time out (a
@@ -70,12 +63,8 @@ pub async fn connect(
 
 /// The Kafka client settings every command starts from; refused when a
 /// `KAFKA_*` variable is not a valid, unprotected librdkafka property.
-pub fn kafka_config(
-    common: &Common,
-    settings: &[(&str, String)],
-) -> Result<ClientConfig, PassthroughError> {
-    let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    service_support::kafka::client_config(&common.bootstrap_servers, &settings)
+pub fn kafka_config(consumer: &ConsumerArgs) -> Result<ClientConfig, PassthroughError> {
+    consumer.options().kafka_config(&[])
 }
 
 /// The inventory database's migrations, then the outbox table's and the
@@ -87,27 +76,25 @@ pub fn migrations() -> [Migrator; 3] {
 
 #[derive(Debug)]
 pub struct Application {
-    common: Common,
+    consumer: ConsumerArgs,
     serve: ServeArgs,
     pool: PgPool,
     listener: TcpListener,
 }
 
 impl Application {
-    pub async fn build(common: Common, serve: ServeArgs) -> Result<Self, StartupError> {
-        let pool = connect(&common, serve.db_pool_size, serve.statement_timeout).await?;
+    pub async fn build(
+        common: &Common,
+        consumer: ConsumerArgs,
+        serve: ServeArgs,
+    ) -> Result<Self, StartupError> {
+        let pool = connect(common, serve.db_pool_size, serve.statement_timeout).await?;
         if !serve.no_migrate {
             outbox::migrate(&pool, &migrations()).await?;
         }
-        let listener =
-            TcpListener::bind(serve.http_addr)
-                .await
-                .map_err(|source| StartupError::Bind {
-                    addr: serve.http_addr,
-                    source,
-                })?;
+        let listener = serving::bind(serve.http_addr).await?;
         Ok(Self {
-            common,
+            consumer,
             serve,
             pool,
             listener,
@@ -115,9 +102,7 @@ impl Application {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound TCP listener has a local address")
+        serving::local_addr(&self.listener)
     }
 
     /// Serves until `shutdown`; then stops fetching, finishes the records in
@@ -126,18 +111,9 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
-        let token = CancellationToken::new();
-        let trigger = token.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            trigger.cancel();
-        });
+        let token = serving::cancelled_by(shutdown);
 
-        let circuit = Circuit::new(
-            self.serve.circuit_window as usize,
-            self.serve.circuit_max_dlt_share,
-            self.serve.circuit_min_records as usize,
-        );
+        let circuit = self.consumer.circuit();
         // The recorder first: the consumer's parts set their gauges as they
         // are made.
         let metrics = http::metrics_recorder();
@@ -149,7 +125,7 @@ impl Application {
         };
         tracing::info!(addr = %self.local_addr(), "inventory API listening");
         let Self {
-            common,
+            consumer,
             serve,
             pool,
             listener,
@@ -162,78 +138,13 @@ impl Application {
                 .await
         });
 
-        let result = consume(&common, &serve, &pool, health, &token).await;
+        let options = consumer.options();
+        let result = idempotent_consumer::serve(Reserving, &options, health, token.clone())
+            .await
+            .map_err(StartupError::from);
         token.cancel();
         let _ = http.await;
         pool.close().await;
         result
-    }
-}
-
-/// What the consumer is told; the library does the rest.
-pub fn consumer_options(common: &Common, serve: &ServeArgs) -> ConsumerOptions {
-    ConsumerOptions {
-        bootstrap_servers: common.bootstrap_servers.clone(),
-        topic: common.topic.clone(),
-        dlt_topic: common.dlt_topic.clone(),
-        group: common.group.clone(),
-        batch_size: serve.batch_size as usize,
-        retries: serve.retries,
-        retry_backoff: serve.retry_backoff,
-        session_timeout: serve.session_timeout,
-        revoke_grace: serve.revoke_grace,
-    }
-}
-
-async fn consume(
-    common: &Common,
-    serve: &ServeArgs,
-    pool: &PgPool,
-    health: Health,
-    token: &CancellationToken,
-) -> Result<(), StartupError> {
-    let options = consumer_options(common, serve);
-    // Retention needs the topic's settings: wait for the broker first.
-    if !idempotent_consumer::wait_for_topics(&options, token).await? {
-        return Ok(());
-    }
-    let base = kafka_config(common, &[])?;
-    if serve.retention_every.is_some() {
-        retention::check(&base, &common.topic, &serve.retention).await?;
-    }
-    let retention_task = serve.retention_every.map(|every| {
-        tokio::spawn(run_retention(
-            pool.clone(),
-            every,
-            serve.retention.retention,
-            token.clone(),
-        ))
-    });
-    idempotent_consumer::serve(Reserving, &options, health, token.clone()).await?;
-    if let Some(task) = retention_task {
-        let _ = task.await;
-    }
-    Ok(())
-}
-
-async fn run_retention(
-    pool: PgPool,
-    every: Duration,
-    retention: Duration,
-    token: CancellationToken,
-) {
-    let mut interval = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            () = token.cancelled() => return,
-        }
-        match retention::run_once(&pool, retention).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "processed-table retention"),
-            Err(error) => {
-                tracing::warn!(error.message = %error, "processed-table retention failed")
-            }
-        }
     }
 }

@@ -3,16 +3,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use idempotent_consumer::ConsumerOptions;
-use idempotent_consumer::tools::DltCommand;
+use clap::{Parser, Subcommand};
+use consumer_tools::DltCommand;
 pub use service_support::config::{DatabaseUrl, LogFormat};
 use service_support::config::{parse_database_url, parse_positive_duration};
 use service_support::consumers;
 
 /// The order service: places orders and writes their outbox rows; consumes
 /// the inventory's outcomes into each order's status. With a subcommand, a
-/// tool for the status consumer's dead-letter topic.
+/// tool for the status consumer's dead-letter topic or processed table.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "order-service", version, about)]
 pub struct Config {
@@ -52,6 +51,13 @@ pub struct Config {
     #[arg(long, env = "ORDER_NO_MIGRATE")]
     pub no_migrate: bool,
 
+    /// Serve the API without consuming the inventory's outcomes: orders stay
+    /// PENDING. For tests of the API alone and for benchmarks.
+    #[arg(long, env = "ORDER_NO_STATUS_CONSUMER")]
+    pub no_status_consumer: bool,
+
+    /// The `pedido.status` consumer: the inventory's outcomes move orders
+    /// out of PENDING.
     #[command(flatten)]
     pub status: StatusConsumerArgs,
 
@@ -79,85 +85,17 @@ pub enum Command {
     /// idempotent-consumer library.
     #[command(subcommand)]
     Dlt(DltCommand),
+    /// Delete the status consumer's mensagem_processada rows older than the
+    /// retention, in batches.
+    Retention,
 }
 
-/// The `pedido.status` consumer: the inventory's outcomes move orders out
-/// of PENDING.
-#[derive(Debug, Clone, Args)]
-pub struct StatusConsumerArgs {
-    /// Serve the API without consuming the inventory's outcomes: orders stay
-    /// PENDING. For tests of the API alone and for benchmarks.
-    #[arg(long, env = "ORDER_NO_STATUS_CONSUMER")]
-    pub no_status_consumer: bool,
-
-    /// Kafka bootstrap servers. Other KAFKA_* variables pass through to
-    /// librdkafka (KAFKA_SECURITY_PROTOCOL sets security.protocol).
-    #[arg(
-        long,
-        env = "KAFKA_BOOTSTRAP_SERVERS",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    pub bootstrap_servers: String,
-
-    /// The inventory's outcomes.
-    #[arg(long, env = "ORDER_STATUS_TOPIC", default_value = consumers::ORDER_STATUS.topic)]
-    pub status_topic: String,
-
-    /// Dead letters of the status consumer: at least as many partitions as
-    /// the topic.
-    #[arg(
-        long,
-        env = "ORDER_STATUS_DLT_TOPIC",
-        default_value = consumers::ORDER_STATUS.dlt_topic,
-        global = true
-    )]
-    pub status_dlt_topic: String,
-
-    /// The consumer group.
-    #[arg(
-        long,
-        env = "ORDER_STATUS_GROUP",
-        default_value = consumers::ORDER_STATUS.group,
-        global = true
-    )]
-    pub status_group: String,
-
-    /// Records of one partition applied in one transaction at most.
-    #[arg(long, env = "ORDER_STATUS_BATCH_SIZE", default_value_t = 50,
-          value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub status_batch_size: u32,
-
-    /// Retries after a transient failure, before the DLT.
-    #[arg(long, env = "ORDER_STATUS_RETRIES", default_value_t = 3,
-          value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub status_retries: u32,
-
-    /// Wait between retries.
-    #[arg(long, env = "ORDER_STATUS_RETRY_BACKOFF", default_value = "1s", value_parser = parse_positive_duration)]
-    pub status_retry_backoff: Duration,
-
-    /// Kafka session timeout: how long until a dead member's partitions move.
-    #[arg(long, env = "ORDER_STATUS_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
-    pub status_session_timeout: Duration,
-}
-
-impl StatusConsumerArgs {
-    pub fn options(&self) -> ConsumerOptions {
-        ConsumerOptions {
-            bootstrap_servers: self.bootstrap_servers.clone(),
-            topic: self.status_topic.clone(),
-            dlt_topic: self.status_dlt_topic.clone(),
-            group: self.status_group.clone(),
-            batch_size: self.status_batch_size as usize,
-            retries: self.status_retries,
-            retry_backoff: self.status_retry_backoff,
-            session_timeout: self.status_session_timeout,
-            // As long as the request timeout's default: a batch is short.
-            revoke_grace: Duration::from_secs(10),
-        }
-    }
-}
+consumer_tools::consumer_args!(
+    StatusConsumerArgs,
+    env = "ORDER_STATUS",
+    flag = "status-",
+    defaults = consumers::ORDER_STATUS
+);
 
 #[cfg(test)]
 mod tests {
@@ -169,6 +107,28 @@ mod tests {
         assert_eq!(config.http_addr.to_string(), "127.0.0.1:8080");
         assert_eq!(config.request_timeout, Duration::from_secs(10));
         assert!(!config.no_migrate);
+        let retention = config.status.options().retention;
+        assert_eq!(retention.keep, Duration::from_secs(14 * 86_400));
+        assert_eq!(retention.redrive_window, Duration::from_secs(7 * 86_400));
+        assert!(!retention.force);
+        assert_eq!(config.status.retention_every, None);
+        assert_eq!(config.status.topic, "estoque.eventos");
+    }
+
+    #[test]
+    fn retention_is_a_subcommand_with_the_inventorys_options() {
+        let config = Config::try_parse_from([
+            "order-service",
+            "retention",
+            "--retention",
+            "1h",
+            "--force-retention",
+        ])
+        .unwrap();
+        assert!(matches!(config.command, Some(Command::Retention)));
+        let retention = config.status.options().retention;
+        assert_eq!(retention.keep, Duration::from_secs(3_600));
+        assert!(retention.force);
     }
 
     #[test]

@@ -3,13 +3,13 @@
 
 use outbox::{OutboxMessage, TraceContext};
 use serde::Serialize;
-use time::format_description::well_known::Rfc3339;
+use service_support::timestamps::rfc3339;
 use uuid::Uuid;
 
 use crate::domain::OrderId;
 use crate::orders::Order;
 
-pub const AGGREGATE_TYPE_ORDER: &str = "pedido";
+pub const AGGREGATE_TYPE_ORDER: &str = service_support::consumers::INVENTORY.aggregate_type;
 pub const EVENT_ORDER_CREATED: &str = "PedidoCriado";
 pub const EVENT_ORDER_CANCELLED: &str = "PedidoCancelado";
 
@@ -43,10 +43,7 @@ impl PedidoCriado {
                     quantidade: *quantity,
                 })
                 .collect(),
-            criado_em: order
-                .created_at
-                .format(&Rfc3339)
-                .unwrap_or_else(|_| order.created_at.to_string()),
+            criado_em: rfc3339(order.created_at),
         }
     }
 }
@@ -61,7 +58,7 @@ pub fn order_cancelled(order_id: OrderId, trace: Option<TraceContext>) -> Outbox
         EVENT_ORDER_CANCELLED,
         serde_json::json!({
             "pedidoId": order_id.as_uuid(),
-            "canceladoEm": now.format(&Rfc3339).unwrap_or_else(|_| now.to_string()),
+            "canceladoEm": rfc3339(now),
         }),
         trace,
     )
@@ -93,7 +90,7 @@ mod tests {
         let order = Order {
             id,
             customer_id: "c-42".into(),
-            status: "PENDING".into(),
+            status: crate::status::OrderStatus::Pending,
             status_reason: None,
             items: vec![("ABC-1".into(), 2)],
             created_at: datetime!(2026-12-02 15:00:00 UTC),

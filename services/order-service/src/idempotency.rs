@@ -54,25 +54,39 @@ pub struct SavedResponse {
     pub body: serde_json::Value,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
-    /// This request owns the key: go on and write the order.
-    Claimed,
-    /// The key was used before with the same body: answer this.
+/// What a request does next, as its Idempotency-Key decides.
+#[derive(Debug)]
+pub enum NextAction {
+    /// Do the work in this transaction: the key, if any, is claimed in it,
+    /// so a concurrent repeat waits for it to end.
+    Proceed(Transaction<'static, Postgres>),
+    /// The key was used before with the same request: answer this and
+    /// write nothing.
     Replay(SavedResponse),
-    /// The key was used before with a different body.
-    Conflict,
 }
 
-/// Claims `key` for this request, storing the response it will give.
-#[tracing::instrument(skip_all, fields(idempotency.key = key.as_str()), err)]
-pub async fn claim(
-    tx: &mut Transaction<'_, Postgres>,
-    key: &IdempotencyKey,
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("this Idempotency-Key was already used with a different request")]
+    Reused,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Begins a request's transaction and, with a `key`, claims the key in it
+/// for this request, storing the response it will give.
+#[tracing::instrument(skip_all, fields(idempotency.key = key.map(IdempotencyKey::as_str)), err)]
+pub async fn begin(
+    pool: &PgPool,
+    key: Option<&IdempotencyKey>,
     hash: RequestHash,
     order_id: OrderId,
     response: &SavedResponse,
-) -> Result<Claim, sqlx::Error> {
+) -> Result<NextAction, ClaimError> {
+    let mut tx = pool.begin().await?;
+    let Some(key) = key else {
+        return Ok(NextAction::Proceed(tx));
+    };
     // Two rounds at most: the row found conflicting can be purged (expired)
     // before it is read, and then the key is free again.
     for _ in 0..2 {
@@ -87,33 +101,32 @@ pub async fn claim(
         .bind(i16::try_from(response.status).unwrap_or(i16::MAX))
         .bind(Json(&response.body))
         .bind(order_id.as_uuid())
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?
         .rows_affected();
         if inserted == 1 {
-            return Ok(Claim::Claimed);
+            return Ok(NextAction::Proceed(tx));
         }
         let saved: Option<(Vec<u8>, i16, Json<serde_json::Value>)> = sqlx::query_as(
             "select request_hash, response_status, response_body from idempotency_keys where key = $1",
         )
         .bind(key.as_str())
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
         match saved {
             Some((stored, status, Json(body))) if stored == hash.0 => {
-                return Ok(Claim::Replay(SavedResponse {
+                return Ok(NextAction::Replay(SavedResponse {
                     status: u16::try_from(status).unwrap_or(500),
                     body,
                 }));
             }
-            Some(_) => return Ok(Claim::Conflict),
+            Some(_) => return Err(ClaimError::Reused),
             None => continue,
         }
     }
-    Err(sqlx::Error::RowNotFound)
+    Err(ClaimError::Database(sqlx::Error::RowNotFound))
 }
 
-/// Deletes keys older than `ttl`, a batch at a time; returns how many went.
 /// Replaces the response stored with `key`, in the transaction that claimed
 /// it: for requests whose response is known only after their work.
 pub async fn record_response(
@@ -132,6 +145,7 @@ pub async fn record_response(
     Ok(())
 }
 
+/// Deletes keys older than `ttl`, a batch at a time; returns how many went.
 pub async fn purge_expired(pool: &PgPool, ttl: Duration, batch: i64) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {

@@ -1,6 +1,6 @@
 use anyhow::Context;
 use clap::Parser;
-use idempotent_consumer::tools;
+use consumer_tools as tools;
 use order_service::config::Command;
 use order_service::{Application, Config};
 use service_support::{shutdown, telemetry};
@@ -13,16 +13,39 @@ async fn main() -> anyhow::Result<()> {
         "info,sqlx=warn,tower_http=info",
         "order-service",
     )?;
-    if let Some(Command::Dlt(command)) = config.command.take() {
-        let options = config.status.options();
-        let kafka = options
-            .kafka_config(&[])
-            .context("invalid Kafka configuration")?;
-        let database = config.database_url.options.clone();
-        if !tools::run(command, kafka, options.dlt_topic, &options.group, database).await? {
-            std::process::exit(1);
+    match config.command.take() {
+        None | Some(Command::Serve) => {}
+        Some(Command::Dlt(command)) => {
+            let options = config.status.options();
+            let kafka = options
+                .kafka_config(&[])
+                .context("invalid Kafka configuration")?;
+            let database = config.database_url.options.clone();
+            if !tools::run(command, kafka, options.dlt_topic, &options.group, database).await? {
+                std::process::exit(1);
+            }
+            return Ok(());
         }
-        return Ok(());
+        Some(Command::Retention) => {
+            let options = config.status.options();
+            let kafka = options
+                .kafka_config(&[])
+                .context("invalid Kafka configuration")?;
+            let pool = order_service::startup::connect(&config)
+                .await
+                .context("cannot connect to the orders database")?;
+            let deleted = tools::retention::run(
+                &kafka,
+                &options.topic,
+                &pool,
+                service_support::consumers::ORDER_STATUS.name,
+                options.retention,
+            )
+            .await
+            .context("retention refused or failed")?;
+            tools::present::purged(deleted);
+            return Ok(());
+        }
     }
     tracing::info!(database = %config.database_url, addr = %config.http_addr, "starting order service");
     let application = Application::build(config)

@@ -5,14 +5,14 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::domain::{NewOrder, OrderId};
-use crate::status::PENDING;
+use crate::status::OrderStatus;
 
 /// An order as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order {
     pub id: OrderId,
     pub customer_id: String,
-    pub status: String,
+    pub status: OrderStatus,
     /// Why the order is in its status (a rejection's reason).
     pub status_reason: Option<String>,
     /// `(sku, quantity)` in the order the client sent them.
@@ -25,7 +25,7 @@ pub struct Order {
 /// One entry of an order's status history.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StatusChange {
-    pub status: String,
+    pub status: OrderStatus,
     pub reason: Option<String>,
     /// The message that caused it (none for orders placed before the
     /// history existed).
@@ -44,7 +44,7 @@ impl Order {
         Self {
             id: OrderId::new(),
             customer_id: new_order.customer_id.as_str().to_owned(),
-            status: PENDING.to_owned(),
+            status: OrderStatus::Pending,
             status_reason: None,
             items: new_order
                 .items
@@ -59,7 +59,7 @@ impl Order {
     /// Records the message that announces the new order: its PENDING entry.
     pub fn announced_by(&mut self, message_id: Uuid) {
         self.history.push(StatusChange {
-            status: PENDING.to_owned(),
+            status: OrderStatus::Pending,
             reason: None,
             message_id: Some(message_id),
             changed_at: self.created_at,
@@ -82,7 +82,7 @@ pub async fn insert(tx: &mut Transaction<'_, Postgres>, order: &Order) -> Result
     )
     .bind(order.id.as_uuid())
     .bind(&order.customer_id)
-    .bind(&order.status)
+    .bind(order.status)
     .bind(order.created_at)
     .bind(first.and_then(|change| change.message_id))
     .execute(&mut **tx)
@@ -111,7 +111,7 @@ pub async fn insert(tx: &mut Transaction<'_, Postgres>, order: &Order) -> Result
 struct OrderRow {
     id: uuid::Uuid,
     customer_id: String,
-    status: String,
+    status: OrderStatus,
     status_reason: Option<String>,
     created_at: OffsetDateTime,
     skus: Vec<String>,
@@ -119,7 +119,7 @@ struct OrderRow {
 }
 
 /// An order's status; `None` when there is no such order.
-pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<String>, sqlx::Error> {
+pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<OrderStatus>, sqlx::Error> {
     sqlx::query_scalar("select status from orders where id = $1")
         .bind(id)
         .fetch_optional(conn)

@@ -4,12 +4,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use idempotent_consumer::{Circuit, ConsumerOptions, Database, Health, ServeError};
+use idempotent_consumer::{ConsumerOptions, Database, Health, ServeError};
+use service_support::serving::{self, BindError};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -27,12 +27,8 @@ pub enum StartupError {
     },
     #[error("cannot apply the orders database migrations")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] BindError),
 }
 
 /// Why the service stopped other than by being asked to.
@@ -44,12 +40,6 @@ pub enum RunError {
     Consumer(#[from] ServeError),
 }
 
-/// The DLQ circuit: the inventory service's defaults (more than half of the
-/// last 100 records dead-lettered, once 20 were seen, stops consuming).
-const CIRCUIT_WINDOW: usize = 100;
-const CIRCUIT_MAX_DLT_SHARE: f64 = 0.5;
-const CIRCUIT_MIN_RECORDS: usize = 20;
-
 /// The orders database's migrations, then the outbox table's and the
 /// consumer library's.
 pub fn migrations() -> [Migrator; 3] {
@@ -60,6 +50,28 @@ pub fn migrations() -> [Migrator; 3] {
 /// How often expired idempotency keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(600);
 const PURGE_BATCH: i64 = 1_000;
+
+/// The database pool every command uses: SQL statements time out (a lock
+/// held elsewhere fails the statement instead of hanging it).
+pub async fn connect(config: &Config) -> Result<PgPool, StartupError> {
+    PgPoolOptions::new()
+        // No ping before each use: it costs a round trip per transaction,
+        // and a dead connection fails its statement anyway (an error for
+        // the request, a transient failure retried for the consumer).
+        .test_before_acquire(false)
+        .max_connections(config.db_pool_size)
+        // A request waits at most its own time limit for a connection.
+        .acquire_timeout(config.request_timeout)
+        .connect_with(config.database_url.options.clone().options([(
+            "statement_timeout",
+            config.statement_timeout.as_millis().to_string(),
+        )]))
+        .await
+        .map_err(|source| StartupError::Database {
+            url: config.database_url.to_string(),
+            source,
+        })
+}
 
 #[derive(Debug)]
 pub struct Application {
@@ -75,37 +87,16 @@ impl Application {
     /// Connects, migrates (unless told not to) and binds; nothing is served
     /// until [`Application::run_until_stopped`].
     pub async fn build(config: Config) -> Result<Self, StartupError> {
-        let pool = PgPoolOptions::new()
-            // No ping before each use: it costs a round trip per transaction,
-            // and a dead connection fails its statement anyway (an error for
-            // the request, a transient failure retried for the consumer).
-            .test_before_acquire(false)
-            .max_connections(config.db_pool_size)
-            // A request waits at most its own time limit for a connection.
-            .acquire_timeout(config.request_timeout)
-            .connect_with(config.database_url.options.clone().options([(
-                "statement_timeout",
-                config.statement_timeout.as_millis().to_string(),
-            )]))
-            .await
-            .map_err(|source| StartupError::Database {
-                url: config.database_url.to_string(),
-                source,
-            })?;
+        let pool = connect(&config).await?;
         if !config.no_migrate {
             outbox::migrate(&pool, &migrations()).await?;
         }
-        let listener = TcpListener::bind(config.http_addr)
-            .await
-            .map_err(|source| StartupError::Bind {
-                addr: config.http_addr,
-                source,
-            })?;
+        let listener = serving::bind(config.http_addr).await?;
         // The recorder first: the consumer's parts set their gauges as they
         // are made.
         let metrics = http::metrics_recorder();
-        let status_consumer = (!config.status.no_status_consumer).then(|| {
-            let circuit = Circuit::new(CIRCUIT_WINDOW, CIRCUIT_MAX_DLT_SHARE, CIRCUIT_MIN_RECORDS);
+        let status_consumer = (!config.no_status_consumer).then(|| {
+            let circuit = config.status.circuit();
             let health = Health::new(circuit, Database::new(pool.clone()));
             (config.status.options(), health)
         });
@@ -130,9 +121,7 @@ impl Application {
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound TCP listener has a local address")
+        serving::local_addr(&self.listener)
     }
 
     /// Serves and consumes until `shutdown` completes (or the consumer
@@ -143,12 +132,7 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), RunError> {
-        let token = CancellationToken::new();
-        let trigger = token.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            trigger.cancel();
-        });
+        let token = serving::cancelled_by(shutdown);
         let purge = tokio::spawn(purge_idempotency_keys(
             self.pool.clone(),
             self.idempotency_key_ttl,

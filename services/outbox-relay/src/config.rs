@@ -115,7 +115,7 @@ pub struct Config {
         long,
         env = "RELAY_TOPICS",
         value_delimiter = ',',
-        default_value = "pedido.eventos"
+        default_value = service_support::consumers::INVENTORY.topic
     )]
     pub topics: Vec<String>,
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use service_support::retry::{self, Backoff, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::leadership::{Election, Leader, LeadershipError};
@@ -53,42 +54,6 @@ pub enum BatchOutcome {
     Fenced,
 }
 
-/// A doubling wait with a ceiling, reset after success.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    first: Duration,
-    current: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub fn new(first: Duration, max: Duration) -> Self {
-        Self {
-            first,
-            current: first,
-            max: max.max(first),
-        }
-    }
-
-    pub fn next_wait(&mut self) -> Duration {
-        let wait = self.current;
-        self.current = (self.current * 2).min(self.max);
-        wait
-    }
-
-    pub fn reset(&mut self) {
-        self.current = self.first;
-    }
-}
-
-/// Sleeps for `duration` unless shutdown comes first; true if it slept.
-pub async fn sleep_unless_stopped(duration: Duration, shutdown: &CancellationToken) -> bool {
-    tokio::select! {
-        () = tokio::time::sleep(duration) => true,
-        () = shutdown.cancelled() => false,
-    }
-}
-
 /// Waits until this relay leads (`Some`, the lock held) or shutdown comes
 /// (`None`). A standby tries every failover interval, quietly: it says once
 /// that it waits, and why. A database it cannot reach is retried with
@@ -118,12 +83,12 @@ pub async fn campaign(
                         "standing by: another relay leads this outbox; this one takes over if it stops, or stalls for longer than the lease");
                     standing_by = true;
                 }
-                sleep_unless_stopped(failover_interval, shutdown).await;
+                retry::sleep(failover_interval, shutdown).await;
             }
             Err(error) => {
                 status.database_ok.store(false, Ordering::Relaxed);
                 tracing::warn!(error.message = %error, "cannot reach the orders database; retrying");
-                sleep_unless_stopped(backoff.next_wait(), shutdown).await;
+                retry::sleep(backoff.next_wait(), shutdown).await;
             }
         }
     }
@@ -144,7 +109,8 @@ pub async fn run(
     status: Arc<RelayStatus>,
     shutdown: CancellationToken,
 ) {
-    let mut backoff = Backoff::new(Duration::from_millis(100), settings.max_backoff);
+    let mut backoff =
+        RetryPolicy::forever(Duration::from_millis(100), settings.max_backoff).backoff();
     while let Some(leader) = campaign(
         &settings.election,
         &status,
@@ -159,7 +125,7 @@ pub async fn run(
         if let Err(error) = result {
             status.database_ok.store(false, Ordering::Relaxed);
             tracing::warn!(error.cause_chain = ?error, error.message = %error, "lost the database connection or the lease; stepping down");
-            sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
+            retry::sleep(backoff.next_wait(), &shutdown).await;
         }
     }
     publisher.flush(Duration::from_secs(5));
@@ -172,8 +138,10 @@ async fn lead(
     publisher: &mut Publisher,
     shutdown: &CancellationToken,
 ) -> Result<(), LeadershipError> {
-    let mut idle = Backoff::new(Duration::from_millis(1), settings.idle_poll_interval);
-    let mut failures = Backoff::new(Duration::from_millis(100), settings.max_backoff);
+    let mut idle =
+        RetryPolicy::forever(Duration::from_millis(1), settings.idle_poll_interval).backoff();
+    let mut failures =
+        RetryPolicy::forever(Duration::from_millis(100), settings.max_backoff).backoff();
     let mut log = DeliveryLogWriter::new(settings.delivery_log);
     while !shutdown.is_cancelled() {
         // Every read renews the lease, so no wait may outlast a renewal.
@@ -189,7 +157,7 @@ async fn lead(
                 failures.next_wait()
             }
         };
-        sleep_unless_stopped(wait.min(leader.renew_within()), shutdown).await;
+        retry::sleep(wait.min(leader.renew_within()), shutdown).await;
     }
     leader.step_down().await;
     Ok(())
@@ -327,18 +295,4 @@ pub async fn publish_rows(
         return Ok(BatchOutcome::Failed);
     }
     Ok(BatchOutcome::Published(published.len()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_its_ceiling_and_resets() {
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
-        let waits: Vec<u128> = (0..4).map(|_| backoff.next_wait().as_millis()).collect();
-        assert_eq!(waits, [100, 200, 350, 350]);
-        backoff.reset();
-        assert_eq!(backoff.next_wait(), Duration::from_millis(100));
-    }
 }

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
+use service_support::retry::{self, RetryPolicy};
+use service_support::serving::{self, BindError};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
@@ -18,7 +20,7 @@ use crate::config::{Cleanup, Config, Mode};
 use crate::http::{self, HttpState};
 use crate::leadership::Election;
 use crate::publisher::{self, Publisher};
-use crate::relay::{self, Backoff, RelaySettings, RelayStatus};
+use crate::relay::{self, RelaySettings, RelayStatus};
 use crate::store::{self, AfterPublish, DeliveryLog};
 use crate::topics::{self, TopicError};
 
@@ -49,17 +51,15 @@ pub enum StartupError {
         #[source]
         source: sqlx::Error,
     },
-    #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] BindError),
     #[error("invalid Kafka producer configuration")]
     Producer(#[from] publisher::ProducerError),
     #[error(transparent)]
     Kafka(#[from] publisher::ClientConfigError),
-    #[error("the target topics are not as configured")]
+    #[error(
+        "the target topics are not as configured (create them, or start the relay with --create-topics)"
+    )]
     Topics(#[from] TopicError),
     #[error("CDC mode cannot stream this database")]
     Slot(#[from] SlotError),
@@ -96,12 +96,7 @@ impl Application {
         if config.mode == Mode::Cdc {
             slot::prepare(&pool, &config.cdc_slot, &config.cdc_publication).await?;
         }
-        let listener = TcpListener::bind(config.http_addr)
-            .await
-            .map_err(|source| StartupError::Bind {
-                addr: config.http_addr,
-                source,
-            })?;
+        let listener = serving::bind(config.http_addr).await?;
         let publisher = Publisher::new(kafka.clone())?;
         Ok(Self {
             config,
@@ -113,9 +108,7 @@ impl Application {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound TCP listener has a local address")
+        serving::local_addr(&self.listener)
     }
 
     /// Runs until `shutdown` completes; then finishes the batch in flight,
@@ -124,12 +117,7 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
-        let token = CancellationToken::new();
-        let trigger = token.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            trigger.cancel();
-        });
+        let token = serving::cancelled_by(shutdown);
 
         let status = Arc::new(RelayStatus::default());
         let topics_ok = Arc::new(AtomicBool::new(false));
@@ -140,11 +128,7 @@ impl Application {
         };
         tracing::info!(addr = %self.local_addr(), "outbox relay serving /metrics, /healthz, /readyz");
         let http_token = token.clone();
-        let http = tokio::spawn(async move {
-            axum::serve(self.listener, http::router(http_state))
-                .with_graceful_shutdown(async move { http_token.cancelled().await })
-                .await
-        });
+        let http = tokio::spawn(http::serve(self.listener, http_state, http_token));
 
         let checked = check_topics(&self.config, &self.kafka, &token).await;
         if let Err(error) = checked {
@@ -266,7 +250,8 @@ async fn check_topics(
     kafka: &ClientConfig,
     token: &CancellationToken,
 ) -> Result<(), StartupError> {
-    let mut backoff = Backoff::new(Duration::from_millis(200), config.max_backoff);
+    let mut backoff =
+        RetryPolicy::forever(Duration::from_millis(200), config.max_backoff).backoff();
     loop {
         let result = topics::ensure_topics(
             kafka,
@@ -280,9 +265,8 @@ async fn check_topics(
             Ok(()) => return Ok(()),
             Err(error) if error.is_retryable() => {
                 tracing::warn!(error.cause_chain = ?error, error.message = %error, "broker not reachable yet; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(backoff.next_wait()) => {}
-                    () = token.cancelled() => return Ok(()),
+                if !retry::sleep(backoff.next_wait(), token).await {
+                    return Ok(());
                 }
             }
             Err(error) => return Err(error.into()),

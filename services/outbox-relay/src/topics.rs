@@ -4,45 +4,13 @@
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
+pub use service_support::topics::TopicError;
+use service_support::topics::{Described, config_value, describe};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, thiserror::Error)]
-pub enum TopicError {
-    /// Worth retrying: the broker may not be up yet.
-    #[error("cannot read topic metadata from the broker")]
-    Unreachable(#[source] rdkafka::error::KafkaError),
-    /// Not worth retrying: the settings themselves are wrong.
-    #[error("invalid Kafka client settings (check the KAFKA_* variables)")]
-    Client(#[source] rdkafka::error::KafkaError),
-    #[error(
-        "topic {0} does not exist; create it (6 partitions), or start the relay with --create-topics"
-    )]
-    Missing(String),
-    #[error(
-        "topic {topic} has {actual} partitions, the relay is configured for {expected}; \
-         keys would not land where the consumers and Debezium expect"
-    )]
-    WrongPartitions {
-        topic: String,
-        actual: usize,
-        expected: usize,
-    },
-    #[error("cannot create topic {topic}: {code}")]
-    Create {
-        topic: String,
-        code: RDKafkaErrorCode,
-    },
-}
-
-impl TopicError {
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, TopicError::Unreachable(_))
-    }
-}
 
 /// Checks every topic; with `create`, makes the missing ones first.
 pub async fn ensure_topics(
@@ -79,15 +47,10 @@ pub async fn ensure_topics(
         }
     }
     for topic in topics {
-        let metadata = admin
-            .inner()
-            .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(TopicError::Unreachable)?;
-        let described = metadata.topics().iter().find(|t| t.name() == topic);
-        let actual = match described {
-            Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions().len(),
-            _ => return Err(TopicError::Missing(topic.clone())),
-        };
+        let Described {
+            partitions: actual,
+            replication_factor,
+        } = describe(admin.inner(), topic)?;
         if actual != partitions {
             return Err(TopicError::WrongPartitions {
                 topic: topic.clone(),
@@ -95,15 +58,6 @@ pub async fn ensure_topics(
                 expected: partitions,
             });
         }
-        let replication_factor = described
-            .map(|t| {
-                t.partitions()
-                    .iter()
-                    .map(|p| p.replicas().len())
-                    .min()
-                    .unwrap_or(0)
-            })
-            .unwrap_or(0);
         let min_insync = min_insync_replicas(&admin, topic).await;
         warn_unless_durable(topic, replication_factor, min_insync);
     }
@@ -115,16 +69,9 @@ async fn min_insync_replicas(
     admin: &AdminClient<DefaultClientContext>,
     topic: &str,
 ) -> Option<usize> {
-    let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
-    let described = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+    config_value(admin, topic, "min.insync.replicas")
         .await
-        .ok()?;
-    let resource = described.into_iter().next()?.ok()?;
-    resource
-        .get("min.insync.replicas")?
-        .value
-        .as_ref()?
+        .ok()??
         .parse()
         .ok()
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idempotent_consumer::{
     Circuit, Claimed, ConsumerOptions, Database, DltReason, Handler, Health, InvalidMessage,
-    Record, Verdict, serve,
+    Record, Retention, Verdict, serve,
 };
 use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -112,6 +112,12 @@ async fn dead_letters_reach_the_dlt_after_a_broker_outage_longer_than_the_delive
         retry_backoff: Duration::from_millis(10),
         session_timeout: Duration::from_secs(6),
         revoke_grace: Duration::from_secs(10),
+        retention: Retention {
+            keep: Duration::from_secs(14 * 86_400),
+            redrive_window: Duration::from_secs(7 * 86_400),
+            force: false,
+        },
+        retention_every: None,
     };
     let health = Health::new(Circuit::new(100, 0.5, 20), Database::new(pool));
     let (reached, at_gate) = oneshot::channel();

@@ -6,21 +6,24 @@
 
 mod dlt_outage;
 mod pipeline;
+mod processed;
 
-use sqlx::{Executor, PgPool};
+use sqlx::PgPool;
 use test_support::database::TestDatabase;
 
-/// A fresh database with the table a service brings for the consumer:
-/// `mensagem_processada`, the dedupe rows.
+fn server() -> String {
+    std::env::var("INVENTORY_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inventory".to_owned())
+}
+
+/// A fresh database with nothing but this library's tables: the consumer
+/// needs no table from the service.
 async fn consumer_database() -> (TestDatabase, PgPool) {
-    let server = std::env::var("INVENTORY_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inventory".to_owned());
-    let (database, pool) = TestDatabase::create_migrated(&server, "consumer_test", &[], 4).await;
-    pool.execute(
-        "create table mensagem_processada (consumidor text, mensagem_id uuid, processada_em timestamptz default now(),
-                                           primary key (consumidor, mensagem_id))",
+    TestDatabase::create_migrated(
+        &server(),
+        "consumer_test",
+        &[idempotent_consumer::migrator()],
+        4,
     )
     .await
-    .unwrap();
-    (database, pool)
 }

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use idempotent_consumer::{
-    Circuit, Claimed, Database, DltProducer, DltReason, Handler, Header, Health, InvalidMessage,
-    Outcome, Pipeline, Record, RetryPolicy, Verdict,
+    Circuit, Claimed, Database, DeadLetterPolicy, DltProducer, DltReason, Handler, Header, Health,
+    InvalidMessage, Outcome, Pipeline, Record, RetryPolicy, Verdict,
 };
 use rdkafka::{ClientConfig, Timestamp};
 use sqlx::{Executor, PgConnection, PgPool};
@@ -79,11 +79,12 @@ async fn setup() -> Setup {
     producer_config.set("bootstrap.servers", &bootstrap);
     let pipeline = Pipeline {
         handler: Effects,
-        database: std::sync::Arc::clone(health.database()),
-        dlt: DltProducer::new(producer_config, &dlt, "test", health.clone()).unwrap(),
-        retry: RetryPolicy::fixed(1, Duration::from_millis(10)),
-        health,
-        consuming: CancellationToken::new(),
+        policy: DeadLetterPolicy {
+            dlt: DltProducer::new(producer_config, &dlt, "test", health.clone()).unwrap(),
+            retry: RetryPolicy::fixed(1, Duration::from_millis(10)),
+            health,
+            consuming: CancellationToken::new(),
+        },
     };
     Setup {
         _database: database,

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::{OrderNow, Step};
 use crate::sources::{Db, Flow, Sources};
 use crate::text::rfc3339;
+use idempotent_consumer::processed;
 
 /// The key (order id) of the message `id`, from whatever still knows it.
 pub(super) async fn key_of_message(
@@ -249,14 +250,7 @@ pub(super) async fn processed_steps(
     flow: &Flow,
     ids: &[Uuid],
 ) -> Result<Vec<Step>, sqlx::Error> {
-    let rows: Vec<(Uuid, OffsetDateTime)> = sqlx::query_as(
-        "select mensagem_id, processada_em from mensagem_processada
-         where consumidor = $1 and mensagem_id = any($2)",
-    )
-    .bind(flow.consumer)
-    .bind(ids)
-    .fetch_all(sources.db(flow.consumer_db))
-    .await?;
+    let rows = processed::processed_at(sources.db(flow.consumer_db), flow.consumer, ids).await?;
     let place = format!("{}.mensagem_processada", flow.consumer_db.name());
     Ok(rows
         .into_iter()
@@ -337,7 +331,7 @@ pub(super) async fn redrive_steps(
     let mut steps = Vec::new();
     for db in [Db::Orders, Db::Inventory] {
         let place = format!("{}.dlt_redrive", db.name());
-        for entry in idempotent_consumer::tools::audit::history(sources.db(db), ids).await? {
+        for entry in consumer_tools::audit::history(sources.db(db), ids).await? {
             let redriven = &entry.redriven;
             steps.push(
                 Step::new(Some(entry.redriven_at), &place, "redriven")

@@ -4,11 +4,11 @@
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use consumer_tools::DltFilter;
+use consumer_tools::audit::{MAX_OPERATOR_LEN, operator_pattern};
+use http_api::{ApiError, FieldError, Problem, ValidJson, id_from_path};
 use idempotent_consumer::DltReason;
-use idempotent_consumer::tools::DltFilter;
-use idempotent_consumer::tools::audit::{MAX_OPERATOR_LEN, operator_pattern};
 use serde::{Deserialize, Serialize};
-use service_support::http::{ApiError, FieldError, Problem, ValidJson, id_from_path};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};

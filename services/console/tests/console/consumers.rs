@@ -2,7 +2,7 @@
 //! same variables: what it says about a group is about the group the
 //! service and its `dlt` tools use.
 
-use idempotent_consumer::tools::{self, DltCommand, DltFilter, RedriveArgs};
+use consumer_tools::{self as tools, DltCommand, DltFilter, RedriveArgs};
 use sqlx::postgres::PgConnectOptions;
 use uuid::Uuid;
 

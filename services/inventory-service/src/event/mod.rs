@@ -6,15 +6,13 @@
 //! dead-letter topic at once. Text from the record quoted in an error is
 //! escaped and cut ([`quote`]): the error becomes a DLT header.
 
-mod sku; // Sku, shared with the HTTP API
-
 use std::collections::HashSet;
 
 use serde::Deserialize;
 use uuid::Uuid;
 
 use idempotent_consumer::{DltReason, InvalidMessage, Record, quote};
-pub use sku::{SKU_PATTERN, Sku};
+pub use service_support::sku::{SKU_PATTERN, Sku};
 
 /// The `consumidor` value in `mensagem_processada`.
 pub const CONSUMER_NAME: &str = service_support::consumers::INVENTORY.name;
@@ -150,7 +148,7 @@ fn parse_created(record: &Record) -> Result<OrderPlaced, InvalidMessage> {
     let mut seen = HashSet::new();
     let mut items = Vec::with_capacity(event.itens.len());
     for (index, item) in event.itens.into_iter().enumerate() {
-        let Some(sku) = Sku::parse(&item.sku) else {
+        let Ok(sku) = Sku::parse(&item.sku) else {
             return Err(schema(format!(
                 "itens[{index}].sku {} does not match {SKU_PATTERN}",
                 quote(&item.sku)

@@ -14,13 +14,8 @@ pub fn recorder() -> PrometheusHandle {
     static DESCRIBED: Once = Once::new();
     let handle = service_support::metrics::recorder();
     DESCRIBED.call_once(|| {
-        service_support::http::describe_metrics();
+        http_api::describe_metrics();
         idempotent_consumer::describe_metrics();
-        metrics::describe_counter!(
-            "retention_deleted_total",
-            "mensagem_processada rows deleted by retention"
-        );
-        metrics::counter!("retention_deleted_total").absolute(0);
     });
     handle
 }

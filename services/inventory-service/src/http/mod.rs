@@ -1,6 +1,6 @@
 //! The admin and inspection API: stock, reservations, health, metrics.
 
-mod health; // /healthz and /readyz
+mod health; // /readyz
 mod metrics; // /metrics and the service's metric names
 mod reservations; // GET /reservations/{orderId}
 mod stock; // PUT and GET /stock/{sku}
@@ -8,7 +8,7 @@ mod stock; // PUT and GET /stock/{sku}
 use std::time::Duration;
 
 use axum::Router;
-use service_support::http::{with_common_layers, with_openapi_pages};
+use http_api::{with_common_layers, with_openapi_pages};
 use service_support::metrics::PrometheusHandle;
 use sqlx::PgPool;
 use utoipa::OpenApi;
@@ -48,7 +48,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
     let (routes, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(stock::put_stock, stock::get_stock))
         .routes(routes!(reservations::get_reservation))
-        .routes(routes!(health::healthz))
+        .routes(routes!(http_api::health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))
         .split_for_parts();

@@ -1,8 +1,8 @@
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use http_api::{ApiError, Problem, id_from_path};
 use serde::Serialize;
-use service_support::http::{ApiError, Problem, id_from_path};
 use utoipa::ToSchema;
 use uuid::Uuid;
 

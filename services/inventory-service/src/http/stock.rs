@@ -1,8 +1,8 @@
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use http_api::{ApiError, FieldError, Problem, ValidJson};
 use serde::{Deserialize, Serialize};
-use service_support::http::{ApiError, FieldError, Problem, ValidJson};
 use utoipa::ToSchema;
 
 use super::AppState;
@@ -17,7 +17,7 @@ const MAX_AVAILABLE: i64 = 1_000_000_000;
 pub(super) struct SetStock {
     /// Units free to reserve, 0 to 1 000 000 000.
     #[schema(example = 10, minimum = 0, maximum = 1_000_000_000)]
-    #[serde(deserialize_with = "service_support::http::json_integer")]
+    #[serde(deserialize_with = "http_api::json_integer")]
     available: i64,
 }
 
@@ -44,7 +44,7 @@ fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<Sku, ApiEr
         parameter: "sku",
         reason: rejection.body_text(),
     })?;
-    Sku::parse(&text).ok_or_else(|| ApiError::InvalidPath {
+    Sku::parse(&text).map_err(|_| ApiError::InvalidPath {
         parameter: "sku",
         reason: format!(
             "{} does not match {SKU_PATTERN}",

@@ -2,12 +2,11 @@
 //! against the real broker and database: for failures the service's own
 //! handler cannot be made to show (a panic, an error of a given SQLSTATE).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idempotent_consumer::{
-    Circuit, Claimed, ConsumerError, Database, DltProducer, Handler, Health, Pipeline, Record,
-    RetryPolicy,
+    Circuit, Claimed, ConsumerError, Database, DeadLetterPolicy, DltProducer, Handler, Health,
+    Pipeline, Record, RetryPolicy,
 };
 use rdkafka::ClientConfig;
 use sqlx::PgConnection;
@@ -38,17 +37,18 @@ impl InProcess {
         let shutdown = CancellationToken::new();
         let pipeline = Pipeline {
             handler,
-            database: Arc::clone(health.database()),
-            dlt: DltProducer::new(
-                client(&idempotent_consumer::producer_settings()),
-                &test.dlt,
-                &test.group,
-                health.clone(),
-            )
-            .unwrap(),
-            retry: RetryPolicy::fixed(3, Duration::from_secs(1)),
-            health: health.clone(),
-            consuming: shutdown.child_token(),
+            policy: DeadLetterPolicy {
+                dlt: DltProducer::new(
+                    client(&idempotent_consumer::producer_settings()),
+                    &test.dlt,
+                    &test.group,
+                    health.clone(),
+                )
+                .unwrap(),
+                retry: RetryPolicy::fixed(3, Duration::from_secs(1)),
+                health: health.clone(),
+                consuming: shutdown.child_token(),
+            },
         };
         let settings = idempotent_consumer::Settings {
             topic: test.topic.clone(),

@@ -5,11 +5,10 @@ mod customer_id; // who placed the order
 mod new_order; // a validated POST /orders request
 mod order_id; // UUIDv7 order identifiers
 mod quantity; // how many of one sku
-mod sku; // stock-keeping unit codes
 
 pub use customer_id::CustomerId;
+pub use http_api::FieldError;
 pub use new_order::{NewOrder, NewOrderItem, OrderRequest, OrderRequestItem};
 pub use order_id::OrderId;
 pub use quantity::Quantity;
-pub use service_support::http::FieldError;
-pub use sku::Sku;
+pub use service_support::sku::Sku;

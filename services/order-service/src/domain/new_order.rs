@@ -30,7 +30,7 @@ pub struct OrderRequestItem {
     #[schema(example = "ABC-1", pattern = "^[A-Z0-9-]{1,64}$")]
     pub sku: String,
     #[schema(example = 2, minimum = 1, maximum = 10000)]
-    #[serde(deserialize_with = "service_support::http::json_integer")]
+    #[serde(deserialize_with = "http_api::json_integer")]
     pub quantity: i64,
 }
 
@@ -69,9 +69,12 @@ impl NewOrder {
         let mut seen = HashSet::new();
         let mut items = Vec::with_capacity(request.items.len());
         for (index, item) in request.items.into_iter().enumerate() {
-            let sku = Sku::parse(item.sku)
-                .map_err(|detail| {
-                    errors.push(FieldError::new(format!("/items/{index}/sku"), detail))
+            let sku = Sku::parse(&item.sku)
+                .map_err(|invalid| {
+                    errors.push(FieldError::new(
+                        format!("/items/{index}/sku"),
+                        invalid.to_string(),
+                    ))
                 })
                 .ok();
             let quantity = Quantity::parse(item.quantity)

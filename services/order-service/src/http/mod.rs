@@ -1,23 +1,24 @@
 //! The HTTP API: one state, each module's routes, and the layers around them.
 
-mod health; // /healthz and /readyz
+mod health; // /readyz
 mod metrics; // /metrics and this service's metric names
 mod orders; // POST /orders, GET /orders/{id}, POST /orders/{id}/cancel
 
 use std::time::Duration;
 
 use axum::Router;
+use http_api::{with_common_layers, with_openapi_pages};
 use idempotent_consumer::Health;
-use service_support::http::{with_common_layers, with_openapi_pages};
 use service_support::metrics::PrometheusHandle;
 use sqlx::PgPool;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use crate::status::OrderStatus;
+pub use http_api::ApiError;
 pub use metrics::recorder as metrics_recorder;
-pub use orders::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, OrderResponse, OrderStatus};
-pub use service_support::http::ApiError;
+pub use orders::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, OrderResponse};
 
 /// What every handler may use.
 #[derive(Clone, Debug)]
@@ -55,7 +56,7 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .routes(routes!(orders::create_order))
         .routes(routes!(orders::get_order))
         .routes(routes!(orders::cancel_order))
-        .routes(routes!(health::healthz))
+        .routes(routes!(http_api::health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))
         .split_for_parts();

@@ -5,17 +5,19 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use time::format_description::well_known::Rfc3339;
+use service_support::timestamps::rfc3339;
 use utoipa::ToSchema;
 
 use super::AppState;
 use crate::domain::{NewOrder, OrderId, OrderRequest};
 use crate::events;
-use crate::idempotency::{self, Claim, IdempotencyKey, RequestHash, SavedResponse};
+use crate::idempotency::{
+    self, ClaimError, IdempotencyKey, NextAction, RequestHash, SavedResponse,
+};
 use crate::orders::{self, Order, StatusChange};
-use crate::status::{self, CANCELLABLE, CANCELLED, Change, Transition};
-use service_support::http::{ApiError, id_from_path, trace_context};
-use service_support::http::{Problem, ValidJson};
+use crate::status::{self, Change, OrderStatus, Transition};
+use http_api::{ApiError, id_from_path, trace_context};
+use http_api::{Problem, ValidJson};
 use service_support::telemetry;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -42,23 +44,6 @@ pub struct OrderResponse {
     pub history: Vec<StatusChangeResponse>,
 }
 
-/// An order's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum OrderStatus {
-    Pending,
-    Confirmed,
-    Rejected,
-    Cancelled,
-}
-
-impl OrderStatus {
-    /// The status as stored; `None` for a value this version does not know.
-    fn of(stored: &str) -> Option<Self> {
-        serde_json::from_value(serde_json::Value::String(stored.to_owned())).ok()
-    }
-}
-
 /// One entry of an order's status history.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -73,32 +58,18 @@ pub struct StatusChangeResponse {
     pub at: String,
 }
 
-fn rfc3339(at: time::OffsetDateTime) -> String {
-    at.format(&Rfc3339).unwrap_or_else(|_| at.to_string())
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct OrderItemResponse {
     pub sku: String,
     pub quantity: i32,
 }
 
-impl TryFrom<&Order> for OrderResponse {
-    type Error = ApiError;
-
-    fn try_from(order: &Order) -> Result<Self, ApiError> {
-        let status = |stored: &str| {
-            OrderStatus::of(stored).ok_or_else(|| {
-                ApiError::Internal(format!(
-                    "order {} has an unknown status {stored:?}",
-                    order.id
-                ))
-            })
-        };
-        Ok(Self {
+impl From<&Order> for OrderResponse {
+    fn from(order: &Order) -> Self {
+        Self {
             id: order.id.as_uuid(),
             customer_id: order.customer_id.clone(),
-            status: status(&order.status)?,
+            status: order.status,
             status_reason: order.status_reason.clone(),
             items: order
                 .items
@@ -112,17 +83,37 @@ impl TryFrom<&Order> for OrderResponse {
             history: order
                 .history
                 .iter()
-                .map(|change: &StatusChange| {
-                    Ok(StatusChangeResponse {
-                        status: status(&change.status)?,
-                        reason: change.reason.clone(),
-                        message_id: change.message_id,
-                        at: rfc3339(change.changed_at),
-                    })
+                .map(|change: &StatusChange| StatusChangeResponse {
+                    status: change.status,
+                    reason: change.reason.clone(),
+                    message_id: change.message_id,
+                    at: rfc3339(change.changed_at),
                 })
-                .collect::<Result<_, ApiError>>()?,
-        })
+                .collect(),
+        }
     }
+}
+
+impl From<ClaimError> for ApiError {
+    fn from(error: ClaimError) -> Self {
+        match error {
+            ClaimError::Reused => ApiError::Unprocessable {
+                problem_type: "/problems/idempotency-key-reused",
+                title: "Idempotency-Key reused",
+                detail: error.to_string(),
+            },
+            ClaimError::Database(error) => ApiError::Database(error),
+        }
+    }
+}
+
+/// The stored form of a response: its status and JSON body.
+fn saved(status: StatusCode, body: &OrderResponse) -> Result<SavedResponse, ApiError> {
+    Ok(SavedResponse {
+        status: status.as_u16(),
+        body: serde_json::to_value(body)
+            .map_err(|error| ApiError::internal("cannot serialise an order", error))?,
+    })
 }
 
 fn location(body: &serde_json::Value) -> Option<HeaderValue> {
@@ -131,6 +122,9 @@ fn location(body: &serde_json::Value) -> Option<HeaderValue> {
 }
 
 fn respond(saved: SavedResponse, replayed: bool) -> Response {
+    if replayed {
+        metrics::counter!("idempotent_replays_total").increment(1);
+    }
     let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::CREATED);
     let location = location(&saved.body);
     let mut response = (status, axum::Json(saved.body)).into_response();
@@ -198,39 +192,25 @@ pub(super) async fn create_order(
     // The event continues this request's trace (the caller's, when tracing
     // is off here).
     let trace = telemetry::outgoing(&tracing::Span::current(), trace_context(&headers));
-    let hash = RequestHash::of(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let hash = RequestHash::of(&request)
+        .map_err(|error| ApiError::internal("cannot hash the request", error))?;
     let new_order = NewOrder::parse(request).map_err(ApiError::Validation)?;
 
     let mut order = Order::pending(&new_order);
     tracing::Span::current().record("order.id", tracing::field::display(order.id));
-    let message =
-        events::order_created(&order, trace).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let message = events::order_created(&order, trace)
+        .map_err(|error| ApiError::internal("cannot write PedidoCriado", error))?;
     order.announced_by(message.id);
-    let response = SavedResponse {
-        status: StatusCode::CREATED.as_u16(),
-        body: serde_json::to_value(OrderResponse::try_from(&order)?)
-            .map_err(|e| ApiError::Internal(e.to_string()))?,
-    };
+    let response = saved(StatusCode::CREATED, &OrderResponse::from(&order))?;
 
-    let mut tx = state.pool.begin().await?;
     if let Some(key) = &key {
         tracing::Span::current().record("idempotency.key", key.as_str());
-        match idempotency::claim(&mut tx, key, hash, order.id, &response).await? {
-            Claim::Claimed => {}
-            Claim::Replay(saved) => {
-                metrics::counter!("idempotent_replays_total").increment(1);
-                return Ok(respond(saved, true));
-            }
-            Claim::Conflict => {
-                return Err(ApiError::Unprocessable {
-                    problem_type: "/problems/idempotency-key-reused",
-                    title: "Idempotency-Key reused",
-                    detail: "this Idempotency-Key was already used with a different request body"
-                        .to_owned(),
-                });
-            }
-        }
     }
+    let mut tx =
+        match idempotency::begin(&state.pool, key.as_ref(), hash, order.id, &response).await? {
+            NextAction::Proceed(tx) => tx,
+            NextAction::Replay(saved) => return Ok(respond(saved, true)),
+        };
     orders::insert(&mut tx, &order).await?;
     outbox::insert(
         &mut tx,
@@ -269,7 +249,7 @@ pub(super) async fn get_order(
     let order = orders::find(&mut conn, order_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("order {order_id} does not exist")))?;
-    Ok(axum::Json(OrderResponse::try_from(&order)?))
+    Ok(axum::Json(OrderResponse::from(&order)))
 }
 
 /// Cancels an order.
@@ -314,49 +294,43 @@ pub(super) async fn cancel_order(
     let trace = telemetry::outgoing(&tracing::Span::current(), trace_context(&headers));
     // The same key on another order, or on POST /orders, is another request.
     let hash = RequestHash::of(&serde_json::json!({"cancel": order_id.to_string()}))
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .map_err(|error| ApiError::internal("cannot hash the request", error))?;
     let message = events::order_cancelled(order_id, trace);
 
-    let mut tx = state.pool.begin().await?;
     if let Some(key) = &key {
         tracing::Span::current().record("idempotency.key", key.as_str());
-        // Claimed first, so a concurrent repeat waits for this one; the
-        // response is recorded once known, in the same transaction.
-        let pending = SavedResponse {
-            status: StatusCode::OK.as_u16(),
-            body: serde_json::Value::Null,
-        };
-        match idempotency::claim(&mut tx, key, hash, order_id, &pending).await? {
-            Claim::Claimed => {}
-            Claim::Replay(saved) => {
-                metrics::counter!("idempotent_replays_total").increment(1);
-                return Ok(respond(saved, true));
-            }
-            Claim::Conflict => {
-                return Err(ApiError::Unprocessable {
-                    problem_type: "/problems/idempotency-key-reused",
-                    title: "Idempotency-Key reused",
-                    detail: "this Idempotency-Key was already used with a different request"
-                        .to_owned(),
-                });
-            }
-        }
     }
+    // Claimed first, so a concurrent repeat waits for this one; the
+    // response is recorded once known, in the same transaction.
+    let pending = SavedResponse {
+        status: StatusCode::OK.as_u16(),
+        body: serde_json::Value::Null,
+    };
+    let mut tx =
+        match idempotency::begin(&state.pool, key.as_ref(), hash, order_id, &pending).await? {
+            NextAction::Proceed(tx) => tx,
+            NextAction::Replay(saved) => return Ok(respond(saved, true)),
+        };
     let change = Change {
         order_id: order_id.as_uuid(),
-        to: CANCELLED,
-        from: CANCELLABLE,
+        to: OrderStatus::Cancelled,
         reason: None,
         message_id: message.id,
     };
     match status::transition(&mut tx, &change).await? {
         Transition::Changed => {}
         Transition::NotAllowed { current } => {
+            let allowed: Vec<&str> = OrderStatus::Cancelled
+                .comes_from()
+                .into_iter()
+                .map(OrderStatus::as_str)
+                .collect();
             return Err(ApiError::Conflict {
                 problem_type: "/problems/order-status-conflict",
                 title: "The order's status forbids it",
                 detail: format!(
-                    "order {order_id} is {current}: only PENDING or CONFIRMED orders can be cancelled"
+                    "order {order_id} is {current}: only {} orders can be cancelled",
+                    allowed.join(" or ")
                 ),
             });
         }
@@ -374,12 +348,8 @@ pub(super) async fn cancel_order(
     .await?;
     let order = orders::find(&mut tx, order_id)
         .await?
-        .ok_or_else(|| ApiError::Internal(format!("order {order_id} vanished while cancelled")))?;
-    let response = SavedResponse {
-        status: StatusCode::OK.as_u16(),
-        body: serde_json::to_value(OrderResponse::try_from(&order)?)
-            .map_err(|e| ApiError::Internal(e.to_string()))?,
-    };
+        .ok_or_else(|| ApiError::bug(format!("order {order_id} vanished while cancelled")))?;
+    let response = saved(StatusCode::OK, &OrderResponse::from(&order))?;
     if let Some(key) = &key {
         idempotency::record_response(&mut tx, key, &response).await?;
     }

@@ -6,7 +6,7 @@
 use sqlx::PgConnection;
 
 use super::event::{self, OutcomeKind, StockOutcome};
-use super::{CONFIRMED, Change, PENDING, REJECTED, Transition, transition};
+use super::{Change, OrderStatus, Transition, transition};
 use crate::orders;
 use idempotent_consumer::{Claimed, DltReason, Handler, InvalidMessage, Record, Verdict};
 
@@ -37,8 +37,10 @@ impl Handler for StatusUpdates {
         for claimed in messages {
             let outcome = claimed.message;
             let (to, reason, name) = match &outcome.kind {
-                OutcomeKind::Reserved => (CONFIRMED, None, "confirmed"),
-                OutcomeKind::Rejected { reason } => (REJECTED, Some(reason.as_str()), "rejected"),
+                OutcomeKind::Reserved => (OrderStatus::Confirmed, None, "confirmed"),
+                OutcomeKind::Rejected { reason } => {
+                    (OrderStatus::Rejected, Some(reason.as_str()), "rejected")
+                }
                 OutcomeKind::Released => {
                     verdicts.push(match orders::status(tx, outcome.order_id).await? {
                         Some(_) => Verdict::Applied("released"),
@@ -50,14 +52,13 @@ impl Handler for StatusUpdates {
             let change = Change {
                 order_id: outcome.order_id,
                 to,
-                from: &[PENDING],
                 reason,
                 message_id: claimed.id,
             };
             verdicts.push(match transition(tx, &change).await? {
                 Transition::Changed => Verdict::Applied(name),
                 Transition::NotAllowed { current } => {
-                    tracing::info!(parent: claimed.span, order.id = %outcome.order_id, %current, to,
+                    tracing::info!(parent: claimed.span, order.id = %outcome.order_id, %current, %to,
                         "the order has moved on: the outcome changes nothing");
                     Verdict::Applied("superseded")
                 }

@@ -139,6 +139,13 @@ impl StatusTest {
     /// Runs `order-service <subcommand>` against this test's topics, as an
     /// operator would; its stdout. Fails the test when the tool fails.
     async fn tool(&self, subcommand: &[&str]) -> String {
+        let (status, stdout, stderr) = self.run_tool(subcommand).await;
+        assert!(status.success(), "{subcommand:?}: {stdout}{stderr}");
+        stdout
+    }
+
+    /// Runs `order-service <subcommand>`: its exit status, stdout, stderr.
+    async fn run_tool(&self, subcommand: &[&str]) -> (std::process::ExitStatus, String, String) {
         let bootstrap = bootstrap_servers();
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
             .args([
@@ -147,6 +154,8 @@ impl StatusTest {
                 &self.app.database_url(),
                 "--bootstrap-servers",
                 &bootstrap,
+                "--status-topic",
+                &self.topic,
                 "--status-dlt-topic",
                 &self.dlt,
                 "--status-group",
@@ -157,13 +166,38 @@ impl StatusTest {
             .output()
             .await
             .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "{subcommand:?}: {stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        stdout
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    /// Dedupe rows of `consumer`, `count` of them, processed `days_ago`.
+    async fn processed_rows(&self, consumer: &str, count: i32, days_ago: i32) {
+        sqlx::query(
+            "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
+             select $1, gen_random_uuid(), now() - make_interval(days => $3) from generate_series(1, $2)",
+        )
+        .bind(consumer)
+        .bind(count)
+        .bind(days_ago)
+        .execute(&self.app.pool)
+        .await
+        .unwrap();
+    }
+
+    /// Dedupe rows of `consumer` processed at least `days_ago`.
+    async fn processed_count(&self, consumer: &str, days_ago: i32) -> i64 {
+        sqlx::query_scalar(
+            "select count(*) from mensagem_processada
+             where consumidor = $1 and processada_em <= now() - make_interval(days => $2)",
+        )
+        .bind(consumer)
+        .bind(days_ago)
+        .fetch_one(&self.app.pool)
+        .await
+        .unwrap()
     }
 
     async fn claimed(&self, id: Uuid) -> bool {
@@ -441,4 +475,74 @@ async fn a_release_after_a_cancellation_changes_nothing_and_a_late_reservation_n
             .await,
         1.0
     );
+}
+
+/// The order service's dedupe rows had no retention at all: they grew with
+/// every status message for ever. `order-service retention` deletes the
+/// status consumer's rows older than the window, keeps younger ones and
+/// another consumer's, and refuses a window shorter than the topic's
+/// retention plus the redrive window unless forced, as the inventory's does.
+#[tokio::test]
+async fn retention_deletes_the_status_consumers_old_rows_keeps_young_ones_and_refuses_an_unsafe_window()
+ {
+    let test = StatusTest::start(&["--no-status-consumer"]).await;
+    test.processed_rows("pedido.status", 6_000, 30).await;
+    test.processed_rows("pedido.status", 3, 1).await;
+    test.processed_rows("another.consumer", 2, 30).await;
+
+    let (status, stdout, stderr) = test.run_tool(&["retention", "--retention", "1d"]).await;
+    assert!(!status.success(), "one day was accepted: {stdout}");
+    assert!(
+        stderr.contains("is shorter than the topic's retention"),
+        "the refusal names its rule: {stderr}"
+    );
+    assert_eq!(
+        test.processed_count("pedido.status", 0).await,
+        6_003,
+        "a refusal deletes nothing"
+    );
+
+    let out = test.tool(&["retention"]).await;
+    assert!(
+        out.contains("deleted 6000 mensagem_processada row(s)"),
+        "{out}"
+    );
+    assert_eq!(
+        test.processed_count("pedido.status", 29).await,
+        0,
+        "the rows older than 14 days went"
+    );
+    assert_eq!(
+        test.processed_count("pedido.status", 0).await,
+        3,
+        "the younger rows stay"
+    );
+    assert_eq!(
+        test.processed_count("another.consumer", 0).await,
+        2,
+        "another consumer's rows follow its own window"
+    );
+
+    let out = test
+        .tool(&["retention", "--retention", "1h", "--force-retention"])
+        .await;
+    assert!(
+        out.contains("deleted 3 mensagem_processada row(s)"),
+        "{out}"
+    );
+}
+
+/// The served process purges its dedupe rows as the inventory does, every
+/// `--retention-every`, and counts them in /metrics.
+#[tokio::test]
+async fn the_served_status_consumer_purges_its_old_rows() {
+    let test = StatusTest::start(&["--retention-every", "1s"]).await;
+    test.processed_rows("pedido.status", 20, 30).await;
+    test.processed_rows("pedido.status", 2, 1).await;
+    eventually("the served process purged the old rows", WAIT, || async {
+        (test.processed_count("pedido.status", 29).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(test.processed_count("pedido.status", 0).await, 2);
+    assert!(test.metric("retention_deleted_total").await >= 20.0);
 }

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
+use service_support::retry::{self, RetryPolicy};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -40,7 +41,7 @@ use super::slot::{self, SlotError};
 use crate::leadership::{Election, Leader, LeadershipError};
 use crate::publisher::{Outcome, Publisher};
 use crate::record::OutboxRow;
-use crate::relay::{self, Backoff, BatchOutcome, Recording, RelayStatus};
+use crate::relay::{self, BatchOutcome, Recording, RelayStatus};
 use crate::store::{self, AfterPublish, Aside, Delivery, DeliveryLog, DeliveryLogWriter};
 
 /// How long a committed transaction waits for more to join its batch: the
@@ -116,7 +117,8 @@ pub async fn run(
     status: Arc<RelayStatus>,
     shutdown: CancellationToken,
 ) -> Result<(), SlotError> {
-    let mut backoff = Backoff::new(Duration::from_millis(100), settings.max_backoff);
+    let mut backoff =
+        RetryPolicy::forever(Duration::from_millis(100), settings.max_backoff).backoff();
     while let Some(leader) = relay::campaign(
         &settings.election,
         &status,
@@ -140,7 +142,7 @@ pub async fn run(
         }
         tracing::warn!(error.cause_chain = ?error, error.message = %error,
             "the replication stream ended; resuming from the confirmed position");
-        relay::sleep_unless_stopped(backoff.next_wait(), &shutdown).await;
+        retry::sleep(backoff.next_wait(), &shutdown).await;
     }
     publisher.flush(Duration::from_secs(5));
     tracing::info!("relay stopped");
@@ -252,7 +254,7 @@ impl<'a> Session<'a> {
                 // its way out): try again.
                 Err(PgWireError::Server(message)) if message.contains("SQLSTATE 55006") => {
                     client.abort();
-                    relay::sleep_unless_stopped(SLOT_RETRY, shutdown).await;
+                    retry::sleep(SLOT_RETRY, shutdown).await;
                 }
                 Err(other) => return Err(other.into()),
             }

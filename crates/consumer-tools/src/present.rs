@@ -7,11 +7,11 @@
 use std::io::Write;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use time::format_description::well_known::Rfc3339;
+use service_support::timestamps::rfc3339;
 
-use super::dlt_read::{DltRead, Expired, dead_lettered_at};
-use super::redrive::{RedriveStep, RedriveSummary};
-use crate::{DltInfo, Record, decode_header, escape_invalid_utf8};
+use crate::dlt_read::{DltRead, Expired, dead_lettered_at};
+use crate::redrive::{RedriveStep, RedriveSummary};
+use idempotent_consumer::{DltInfo, Record, decode_header, escape_invalid_utf8};
 
 /// Bytes as a terminal may show them: text as text, every byte that is not
 /// UTF-8 as `\xNN`, and every control character but newline and tab as
@@ -56,9 +56,7 @@ fn text(bytes: Option<&[u8]>) -> String {
 }
 
 fn at(record: &Record) -> String {
-    dead_lettered_at(record)
-        .and_then(|at| at.format(&Rfc3339).ok())
-        .unwrap_or_else(|| "-".to_owned())
+    dead_lettered_at(record).map_or_else(|| "-".to_owned(), rfc3339)
 }
 
 /// Retention deleted records a tool wanted: say so, per partition.
@@ -178,6 +176,13 @@ pub fn redrive_summary(summary: &RedriveSummary) {
             "partition {partition} offset {offset}: a skeleton (sent without its value: too large for the broker), not redriven; `dlt show` says where the whole record is"
         ));
     }
+}
+
+/// What `<service> retention` deleted.
+pub fn purged(deleted: u64) {
+    out(format_args!(
+        "deleted {deleted} mensagem_processada row(s) older than the retention"
+    ));
 }
 
 #[cfg(test)]

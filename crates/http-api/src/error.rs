@@ -8,7 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
-use super::problem::{FieldError, problem_response};
+use crate::problem::{FieldError, problem_response};
+use service_support::telemetry::cause_chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -52,9 +53,34 @@ pub enum ApiError {
     /// 500: a database error; logged, never shown.
     #[error("database error")]
     Database(#[from] sqlx::Error),
-    /// 500: anything else unexpected; logged, never shown.
-    #[error("{0}")]
-    Internal(String),
+    /// 500: anything else unexpected; logged with its cause, never shown.
+    #[error("{context}")]
+    Internal {
+        context: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+}
+
+impl ApiError {
+    /// 500: `context` failed because of `source`.
+    pub fn internal(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Internal {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// 500: a state the code holds impossible, with no error behind it.
+    pub fn bug(context: impl Into<String>) -> Self {
+        Self::Internal {
+            context: context.into(),
+            source: None,
+        }
+    }
 }
 
 /// The UUID a route's one path segment names, or a 400 problem saying it
@@ -104,21 +130,21 @@ impl IntoResponse for ApiError {
                 "/problems/unavailable",
                 "Service unavailable",
             ),
-            Database(_) | Internal(_) => (
+            Database(_) | Internal { .. } => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "/problems/internal",
                 "Internal error",
             ),
         };
         let detail = match &self {
-            Database(_) | Internal(_) => {
+            Database(_) | Internal { .. } => {
                 // Logged once, here, with its whole cause chain; the client
                 // gets an opaque message.
-                tracing::error!(error.cause_chain = ?self, error.message = %self, "request failed");
+                tracing::error!(error.cause_chain = %cause_chain(&self), error.message = %self, "request failed");
                 "the server could not complete the request; it has been logged".to_owned()
             }
             Unavailable(_) => {
-                tracing::warn!(error.cause_chain = ?self, error.message = %self, "not ready");
+                tracing::warn!(error.message = %self, "not ready");
                 self.to_string()
             }
             _ => self.to_string(),

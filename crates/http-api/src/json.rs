@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use axum::response::{IntoResponse, Response};
 
-use super::problem::{FieldError, problem_response};
+use crate::problem::{FieldError, problem_response};
 
 /// The largest request body accepted (64 KiB).
 pub const BODY_LIMIT: usize = 64 * 1024;

@@ -23,11 +23,11 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::audit::{Audit, Redriven};
-use super::cli::RedriveArgs;
-use super::dlt_read::{self, Expired, From, ReadError, matches};
-use crate::topics;
-use crate::{DltInfo, REDRIVEN_FROM, Record, message_headers};
+use crate::audit::{Audit, Redriven};
+use crate::cli::RedriveArgs;
+use crate::dlt_read::{self, Expired, From, ReadError, matches};
+use idempotent_consumer::topics;
+use idempotent_consumer::{DltInfo, REDRIVEN_FROM, Record, message_headers};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -1,14 +1,19 @@
-//! The DLT tools: list, show and redrive the dead letters of any consumer
-//! built on this library. They return what they found or did; [`present`]
-//! prints it. A service mounts [`DltCommand`] as its `dlt` subcommand and
-//! hands it to [`run`].
+//! The operator's tools for any consumer built on the idempotent-consumer
+//! library: list, show and redrive its dead letters (with the audit of who
+//! redrove what), and the retention of its dedupe rows. They return what
+//! they found or did; [`present`] prints it. A service declares its
+//! consumer's options with [`consumer_args!`], mounts [`DltCommand`] as its
+//! `dlt` subcommand and hands it to [`run`], and runs [`retention::run`] for
+//! its `retention` subcommand.
 
+pub mod args; // the consumer's command line, under a service's prefixes
 pub mod audit; // the redrive audit: who redrove what, when, to where
 mod cli; // the subcommand and its arguments
 mod dlt_read; // reading the DLT from its low watermark up to its current end
 mod list; // dlt list and dlt show
 pub mod present; // the tools' output: the only place that prints
 mod redrive; // dlt redrive
+pub mod retention; // the retention options and command
 
 use rdkafka::ClientConfig;
 use sqlx::postgres::PgConnectOptions;
@@ -17,6 +22,12 @@ pub use audit::{Audit, AuditEntry, OperatorError};
 pub use cli::{DltCommand, DltFilter, RedriveArgs};
 pub use dlt_read::{DltRead, Expired, ReadError, dead_lettered_at, matches};
 pub use list::{list, show};
+// For the expansion of `consumer_args!` in a service.
+#[doc(hidden)]
+pub use idempotent_consumer::{Circuit, ConsumerOptions, Retention};
+#[doc(hidden)]
+pub use service_support::config::parse_positive_duration;
+
 pub use redrive::{RedriveError, RedriveStep, RedriveSummary, redrive, redrive_group};
 
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use service_support::config::parse_positive_duration;
 use time::OffsetDateTime;
 
-use crate::DltReason;
+use idempotent_consumer::DltReason;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum DltCommand {

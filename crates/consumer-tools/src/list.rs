@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use rdkafka::ClientConfig;
 
-use super::cli::DltFilter;
-use super::dlt_read::{self, DltRead, From, ReadError, matches};
+use crate::cli::DltFilter;
+use crate::dlt_read::{self, DltRead, From, ReadError, matches};
 
 /// `dlt list`: the records that pass `filter`, and what expired.
 pub async fn list(

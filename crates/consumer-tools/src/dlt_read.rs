@@ -8,9 +8,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use time::OffsetDateTime;
 
-use super::cli::DltFilter;
-use crate::topics;
-use crate::{DltInfo, Record};
+use crate::cli::DltFilter;
+use idempotent_consumer::topics;
+use idempotent_consumer::{DltInfo, Record};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

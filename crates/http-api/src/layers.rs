@@ -11,9 +11,9 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-use super::json::BODY_LIMIT;
-use super::problem::problem_response;
-use crate::telemetry::{self, TraceContext};
+use crate::json::BODY_LIMIT;
+use crate::problem::problem_response;
+use service_support::telemetry::{self, TraceContext};
 
 const REQUEST_ID: &str = "x-request-id";
 

@@ -1,7 +1,10 @@
-//! The one retry helper: attempts, waits between them, and cancellation.
-//! Every retry in the consumer goes through it: a record's transaction
-//! (3 × 1 s by default), a dead letter's publication and the database
-//! probe (both until they succeed, with a capped exponential wait).
+//! The one retry helper of the workspace: attempts, waits between them, and
+//! cancellation. Every retry goes through it: in the consumer a record's
+//! transaction (3 × 1 s by default), a dead letter's publication and the
+//! database probe (both until they succeed, with a capped exponential
+//! wait); in the relay its reads, sends and elections ([`Backoff`], where
+//! the attempts are steps of a loop that does more than retry); and every
+//! wait for a broker or database at start-up.
 
 use std::future::Future;
 use std::time::Duration;
@@ -35,6 +38,10 @@ pub enum GaveUp<E> {
 pub enum AttemptError<E> {
     /// Failed: worth another attempt, if the policy allows one.
     Failed(E),
+    /// Did not come to a verdict: it waited out something outside the
+    /// operation (a database that could not be reached) and is to be run
+    /// again at once, not counted as an attempt.
+    NotCounted,
     /// Stopped by cancellation while it waited for something.
     Cancelled,
 }
@@ -51,13 +58,21 @@ impl RetryPolicy {
     }
 
     /// Until success, waiting `first_wait`, then twice as long each time, up
-    /// to `max_wait`.
+    /// to `max_wait` (never below `first_wait`).
     pub fn forever(first_wait: Duration, max_wait: Duration) -> Self {
         Self {
             retries: None,
             first_wait,
             factor: 2,
-            max_wait,
+            max_wait: max_wait.max(first_wait),
+        }
+    }
+
+    /// The waits of this policy, for a loop that counts its own failures.
+    pub fn backoff(self) -> Backoff {
+        Backoff {
+            policy: self,
+            failures: 0,
         }
     }
 
@@ -89,6 +104,7 @@ impl RetryPolicy {
             let error = match attempt(number).await {
                 Ok(value) => return Ok(value),
                 Err(AttemptError::Cancelled) => return Err(GaveUp::Cancelled),
+                Err(AttemptError::NotCounted) => continue,
                 Err(AttemptError::Failed(error)) => error,
             };
             if self.retries.is_some_and(|retries| number > retries) {
@@ -99,12 +115,41 @@ impl RetryPolicy {
             }
             let wait = self.wait_after(number);
             tracing::warn!(attempt = number, retry_in = ?wait, error.message = %error, "attempt failed; retrying");
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = cancel.cancelled() => return Err(GaveUp::Cancelled),
+            if !sleep(wait, cancel).await {
+                return Err(GaveUp::Cancelled);
             }
             number += 1;
         }
+    }
+}
+
+/// A policy's waits, one failure at a time, for a loop whose attempts are
+/// steps among others (a relay's read, send and mark): each failure asks
+/// for the next wait, a success resets it.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    policy: RetryPolicy,
+    failures: u32,
+}
+
+impl Backoff {
+    /// The wait after one more failure.
+    pub fn next_wait(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        self.policy.wait_after(self.failures)
+    }
+
+    /// After a success: the next failure waits the first wait again.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// Sleeps for `duration` unless `cancel` fires first; true if it slept.
+pub async fn sleep(duration: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => true,
+        () = cancel.cancelled() => false,
     }
 }
 
@@ -123,6 +168,16 @@ mod tests {
         let waits: Vec<u128> = (1..=7).map(|n| forever.wait_after(n).as_millis()).collect();
         assert_eq!(waits, [250, 500, 1000, 2000, 4000, 5000, 5000]);
         assert_eq!(forever.wait_after(u32::MAX), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_backoff_doubles_up_to_its_ceiling_and_resets() {
+        let mut backoff =
+            RetryPolicy::forever(Duration::from_millis(100), Duration::from_millis(350)).backoff();
+        let waits: Vec<u128> = (0..4).map(|_| backoff.next_wait().as_millis()).collect();
+        assert_eq!(waits, [100, 200, 350, 350]);
+        backoff.reset();
+        assert_eq!(backoff.next_wait(), Duration::from_millis(100));
     }
 
     #[tokio::test(start_paused = true)]
@@ -160,6 +215,39 @@ mod tests {
             })
             .await;
         assert_eq!(result, Ok(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_not_counted_runs_again_at_once_without_using_the_policy_up() {
+        let policy = RetryPolicy::fixed(1, Duration::from_secs(1));
+        let calls = Cell::new(0);
+        let started = tokio::time::Instant::now();
+        let result: Result<(), _> = policy
+            .run(&CancellationToken::new(), |n| {
+                calls.set(calls.get() + 1);
+                let call = calls.get();
+                async move {
+                    if call <= 3 {
+                        Err(AttemptError::NotCounted)
+                    } else {
+                        Err(AttemptError::Failed(format!("attempt {n}")))
+                    }
+                }
+            })
+            .await;
+        assert_eq!(
+            result,
+            Err(GaveUp::Exhausted {
+                error: "attempt 2".to_owned(),
+                attempts: 2
+            })
+        );
+        assert_eq!(calls.get(), 5, "three not counted, then two attempts");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1),
+            "one wait, between the two attempts"
+        );
     }
 
     #[tokio::test(start_paused = true)]

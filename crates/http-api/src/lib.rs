@@ -1,9 +1,11 @@
 //! HTTP pieces every service's API shares: RFC 9457 problem documents, a JSON
 //! body extractor whose rejections are problems, the layers every request
-//! passes (request id, tracing, metrics, panics, time limit, body limit), and
-//! the OpenAPI document with its reference page.
+//! passes (request id, tracing, metrics, panics, time limit, body limit),
+//! liveness and readiness, /metrics, and the OpenAPI document with its
+//! reference page.
 
 mod error; // the errors handlers return
+pub mod health; // /healthz, and readiness's shared part
 mod json; // the JSON body extractor
 mod layers; // common middleware and fallbacks
 mod openapi; // /openapi.json and /docs
