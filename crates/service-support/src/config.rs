@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use clap::ValueEnum;
 use sqlx::postgres::PgConnectOptions;
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum LogFormat {
     Text,
     Json,
