@@ -413,31 +413,3 @@ pub async fn reservation(
         items: row.skus.into_iter().zip(row.quantities).collect(),
     }))
 }
-
-/// Deletes `mensagem_processada` rows older than `older_than`, `batch` at a
-/// time (short transactions, little lock and WAL pressure). Returns the count.
-pub async fn delete_processed_before(
-    pool: &PgPool,
-    older_than: std::time::Duration,
-    batch: i64,
-) -> Result<u64, sqlx::Error> {
-    let older_than = time::Duration::try_from(older_than).unwrap_or(time::Duration::MAX);
-    let mut total = 0;
-    loop {
-        let deleted = sqlx::query(
-            "delete from mensagem_processada where ctid = any(array(
-                 select ctid from mensagem_processada
-                 where processada_em < now() - $1
-                 limit $2))",
-        )
-        .bind(older_than)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        total += deleted;
-        if deleted < u64::try_from(batch).unwrap_or(0) {
-            return Ok(total);
-        }
-    }
-}

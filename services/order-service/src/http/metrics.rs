@@ -18,16 +18,8 @@ pub fn recorder() -> PrometheusHandle {
 }
 
 fn describe() {
+    http_api::describe_metrics();
     idempotent_consumer::describe_metrics();
-    metrics::describe_counter!(
-        "http_requests_total",
-        "HTTP requests by method, route and status"
-    );
-    metrics::describe_histogram!(
-        "http_request_duration_seconds",
-        metrics::Unit::Seconds,
-        "HTTP request latency by method, route and status"
-    );
     metrics::describe_counter!(
         "orders_created_total",
         "Orders written (each with its outbox row)"
