@@ -108,7 +108,21 @@ pub fn shown(read: &DltRead, partition: i32, offset: i64) -> bool {
         ));
         return false;
     };
+    for line in dead_letter(record) {
+        if !out(format_args!("{line}")) {
+            break;
+        }
+    }
+    true
+}
+
+/// A dead letter for a terminal, every header decoded: the one rendering
+/// of `dlt show` and `entrega dlt show` (the console's page has its own,
+/// escaped by its templates). The lines are printed through
+/// [`for_terminal`]; what is returned is not yet escaped.
+pub fn dead_letter(record: &Record) -> Vec<String> {
     let mut lines = vec![
+        format!("topic:     {}", record.topic),
         format!("partition: {}", record.partition),
         format!("offset:    {}", record.offset),
         format!("time:      {}", at(record)),
@@ -123,12 +137,7 @@ pub fn shown(read: &DltRead, partition: i32, offset: i64) -> bool {
             decode_header(&name, header.value.as_deref())
         ));
     }
-    for line in lines {
-        if !out(format_args!("{line}")) {
-            break;
-        }
-    }
-    true
+    lines
 }
 
 /// The progress of a redrive: one line per record on stdout (what a dry

@@ -175,11 +175,23 @@ pub async fn show(
     partition: i32,
     offset: i64,
 ) -> Result<DeadLetter, DltError> {
+    read(sources, topic, partition, offset)
+        .await
+        .map(|record| DeadLetter::of(&record))
+}
+
+/// The dead letter at `partition`/`offset` of `topic`, as the broker holds it.
+pub async fn read(
+    sources: &Sources,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<Record, DltError> {
     flow(sources, topic)?;
     let read = tools::show(sources.kafka.clone(), topic.to_owned(), partition, offset).await?;
     read.records
-        .first()
-        .map(DeadLetter::of)
+        .into_iter()
+        .next()
         .ok_or_else(|| DltError::NotFound {
             topic: topic.to_owned(),
             partition,

@@ -62,13 +62,16 @@ async fn run(command: Command, sources: Sources) -> anyhow::Result<()> {
             offset,
             json,
         }) => {
-            let letter = dead_letters::show(&sources, &topic, partition, offset)
-                .await
-                .context("dlt show")?;
             if json {
+                let letter = dead_letters::show(&sources, &topic, partition, offset)
+                    .await
+                    .context("dlt show")?;
                 present::json(&letter);
             } else {
-                present::letter(&letter);
+                let record = dead_letters::read(&sources, &topic, partition, offset)
+                    .await
+                    .context("dlt show")?;
+                present::dead_letter(&record);
             }
         }
         Command::Dlt(DltCommand::Redrive {

@@ -5,7 +5,9 @@ use std::io::Write;
 
 use consumer_tools::present::for_terminal;
 
-use crate::dead_letters::{DeadLetter, Listing, RedriveResult};
+use idempotent_consumer::Record;
+
+use crate::dead_letters::{Listing, RedriveResult};
 use crate::health::Health;
 use crate::journey::{Journey, Matched};
 use crate::text::rfc3339;
@@ -116,26 +118,9 @@ pub fn listing(listing: &Listing) {
     note(&format!("{} dead letter(s)", listing.letters.len()));
 }
 
-pub fn letter(letter: &DeadLetter) {
-    let mut text = format!(
-        "{}[{}]@{}  dead-lettered at {}\nkey:      {}\nid:       {}\nreason:   {}\nattempts: {}\nfrom:     {}\nheaders:\n",
-        letter.topic,
-        letter.partition,
-        letter.offset,
-        letter.at.map_or_else(|| "-".to_owned(), rfc3339),
-        letter.key.as_deref().unwrap_or("(null)"),
-        letter.message_id.as_deref().unwrap_or("-"),
-        letter.reason.as_deref().unwrap_or("-"),
-        letter
-            .attempts
-            .map_or_else(|| "-".to_owned(), |a| a.to_string()),
-        letter.original.as_deref().unwrap_or("-"),
-    );
-    for (name, value) in &letter.headers {
-        text.push_str(&format!("  {name}: {value}\n"));
-    }
-    text.push_str("value:\n");
-    text.push_str(letter.value.as_deref().unwrap_or("(null)"));
+/// A dead letter as `dlt show` prints it, the one terminal rendering.
+pub fn dead_letter(record: &Record) {
+    let mut text = consumer_tools::present::dead_letter(record).join("\n");
     text.push('\n');
     out(&text);
 }

@@ -41,7 +41,7 @@ async fn dlt_list_and_show_print_a_records_control_characters_escaped() {
         "{listed:?}"
     );
     for expected in [
-        format!("key:      key{CONTROL_ESCAPED}"),
+        format!("key:       key{CONTROL_ESCAPED}"),
         format!("{{value{CONTROL_ESCAPED}"),
         format!("note: header{CONTROL_ESCAPED}"),
     ] {
