@@ -12,6 +12,8 @@
 //! never creates it (on a fresh orders database it would run before the
 //! orders set, which creates the table its own way).
 
+pub mod read; // what an inspector reads: a message's key, a key's rows and deliveries
+
 use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};

@@ -18,20 +18,14 @@ pub(super) async fn key_of_message(
     // The indexed places first; the effects' message ids last (the
     // reservations' are not indexed: looked up only for a message that no
     // outbox row or delivery log entry knows any more).
+    for db in [Db::Orders, Db::Inventory] {
+        if let Some(key) = outbox::read::key_of(sources.db(db), id).await? {
+            return Ok(Some(key));
+        }
+    }
+    // The services' own tables: the console knows them as their pages do
+    // (docs/order-service.md, docs/inventory-service.md).
     let lookups = [
-        (Db::Orders, "select aggregateid from outbox where id = $1"),
-        (
-            Db::Orders,
-            "select aggregateid from outbox_delivery where id = $1 limit 1",
-        ),
-        (
-            Db::Inventory,
-            "select aggregateid from outbox where id = $1",
-        ),
-        (
-            Db::Inventory,
-            "select aggregateid from outbox_delivery where id = $1 limit 1",
-        ),
         (
             Db::Orders,
             "select order_id::text from order_status_history where message_id = $1 limit 1",
@@ -118,28 +112,6 @@ pub(super) struct Written {
     pub(super) earliest: Option<OffsetDateTime>,
 }
 
-type OutboxRow = (
-    Uuid,
-    String,
-    OffsetDateTime,
-    i32,
-    Option<String>,
-    Option<OffsetDateTime>,
-    Option<OffsetDateTime>,
-    i32,
-    Option<OffsetDateTime>,
-);
-
-type DeliveryRow = (
-    Uuid,
-    String,
-    OffsetDateTime,
-    String,
-    i32,
-    i64,
-    OffsetDateTime,
-);
-
 pub(super) async fn outbox_steps(
     sources: &Sources,
     flow: &Flow,
@@ -147,27 +119,11 @@ pub(super) async fn outbox_steps(
 ) -> Result<Written, sqlx::Error> {
     let db = sources.db(flow.producer);
     let table = format!("{}.outbox", flow.producer.name());
-    let rows: Vec<OutboxRow> = sqlx::query_as(
-        "select id, type, created_at, attempts, last_error, parked_at, published_at,
-                deferrals, next_attempt_at
-         from outbox where aggregatetype = $1 and aggregateid = $2 order by seq",
-    )
-    .bind(flow.aggregate_type)
-    .bind(key)
-    .fetch_all(db)
-    .await?;
-    let delivered: Vec<DeliveryRow> = sqlx::query_as(
-        "select id, type, written_at, topic, partition, \"offset\", published_at
-         from outbox_delivery where aggregatetype = $1 and aggregateid = $2
-         order by published_at",
-    )
-    .bind(flow.aggregate_type)
-    .bind(key)
-    .fetch_all(db)
-    .await?;
+    let rows = outbox::read::rows(db, flow.aggregate_type, key).await?;
+    let delivered = outbox::read::deliveries(db, flow.aggregate_type, key).await?;
 
     let mut written = Written::default();
-    for (
+    for outbox::read::Row {
         id,
         event_type,
         created_at,
@@ -177,7 +133,7 @@ pub(super) async fn outbox_steps(
         published_at,
         deferrals,
         next_attempt_at,
-    ) in rows
+    } in rows
     {
         written.earliest = written.earliest.min(Some(created_at)).or(Some(created_at));
         let state = match (parked_at, published_at) {
@@ -209,7 +165,7 @@ pub(super) async fn outbox_steps(
             );
         }
         if let Some(at) = published_at
-            && !delivered.iter().any(|entry| entry.0 == id)
+            && !delivered.iter().any(|entry| entry.id == id)
         {
             written.steps.push(
                 Step::new(Some(at), &table, "published")
@@ -219,7 +175,16 @@ pub(super) async fn outbox_steps(
         }
     }
     let log = format!("{}.outbox_delivery", flow.producer.name());
-    for (id, event_type, written_at, topic, partition, offset, published_at) in delivered {
+    for outbox::read::Delivery {
+        id,
+        event_type,
+        written_at,
+        topic,
+        partition,
+        offset,
+        published_at,
+    } in delivered
+    {
         written.earliest = written.earliest.min(Some(written_at)).or(Some(written_at));
         // The row itself is gone (deleted on publish): its writing is known
         // from the log.
