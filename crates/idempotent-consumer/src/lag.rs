@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rdkafka::Offset;
 use rdkafka::consumer::Consumer;
+use service_support::retry;
 use tokio_util::sync::CancellationToken;
 
 use super::poller::KafkaConsumer;
@@ -41,11 +42,7 @@ pub(super) async fn sample(
     shutdown: CancellationToken,
 ) {
     let mut interval = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            () = shutdown.cancelled() => return,
-        }
+    while retry::tick(&mut interval, &shutdown).await {
         let consumer = Arc::clone(&consumer);
         let Ok(lags) = tokio::task::spawn_blocking(move || lag_now(&consumer)).await else {
             continue;

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
+use service_support::retry;
 use sqlx::migrate::Migrator;
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -191,11 +192,7 @@ pub(crate) async fn purge_every(
     shutdown: CancellationToken,
 ) {
     let mut interval = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            () = shutdown.cancelled() => return,
-        }
+    while retry::tick(&mut interval, &shutdown).await {
         match purge(&pool, consumer, keep).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, consumer, "processed-table retention"),

@@ -145,6 +145,15 @@ impl Backoff {
     }
 }
 
+/// Waits for `interval`'s next tick unless `cancel` fires first; true if it
+/// ticked. A periodic task is `while retry::tick(&mut interval, &token).await`.
+pub async fn tick(interval: &mut tokio::time::Interval, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = interval.tick() => true,
+        () = cancel.cancelled() => false,
+    }
+}
+
 /// Sleeps for `duration` unless `cancel` fires first; true if it slept.
 pub async fn sleep(duration: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {

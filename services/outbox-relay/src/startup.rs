@@ -276,11 +276,7 @@ async fn check_topics(
 
 async fn sample_backlog(pool: PgPool, slot: Option<String>, token: CancellationToken) {
     let mut interval = tokio::time::interval(SAMPLE_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            () = token.cancelled() => return,
-        }
+    while retry::tick(&mut interval, &token).await {
         match store::backlog(&pool).await {
             Ok(backlog) => {
                 metrics::gauge!("outbox_backlog_rows").set(backlog.pending as f64);
@@ -332,11 +328,7 @@ async fn purge(
     token: CancellationToken,
 ) {
     let mut interval = tokio::time::interval(PURGE_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            () = token.cancelled() => return,
-        }
+    while retry::tick(&mut interval, &token).await {
         if let Some(retention) = retain_published {
             report_purge(
                 "retained outbox rows",
