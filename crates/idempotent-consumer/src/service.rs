@@ -90,25 +90,6 @@ pub async fn serve<H: Handler>(
         health.clone(),
     )?;
     let consumer_name = handler.consumer_name();
-    let purging = shutdown.child_token();
-    let purge = match options.retention_every {
-        Some(every) => {
-            // Refused before anything is consumed: an unsafe window would
-            // let a late redelivery apply twice.
-            options
-                .retention
-                .check(&options.kafka_config(&[])?, &options.topic)
-                .await?;
-            Some(tokio::spawn(processed::purge_every(
-                health.database().pool().clone(),
-                consumer_name,
-                every,
-                options.retention.keep,
-                purging.clone(),
-            )))
-        }
-        None => None,
-    };
     let pipeline = Pipeline {
         handler,
         policy: DeadLetterPolicy {
@@ -130,6 +111,25 @@ pub async fn serve<H: Handler>(
         consumer_name,
         options.session_timeout,
     ))?;
+    let purging = shutdown.child_token();
+    let purge = match options.retention_every {
+        Some(every) => {
+            // Refused before anything is consumed: an unsafe window would
+            // let a late redelivery apply twice.
+            options
+                .retention
+                .check(&options.kafka_config(&[])?, &options.topic)
+                .await?;
+            Some(tokio::spawn(processed::purge_every(
+                pipeline.policy.health.database().pool().clone(),
+                consumer_name,
+                every,
+                options.retention.keep,
+                purging.clone(),
+            )))
+        }
+        None => None,
+    };
     let consumed = run(settings, config, pipeline, shutdown).await;
     purging.cancel();
     if let Some(purge) = purge {
