@@ -9,6 +9,7 @@
 
 pub mod broker; // private tansu brokers for fault tests
 pub mod database; // a fresh database per test, dropped afterwards
+pub mod dedupe; // aged rows of the consumer's dedupe table
 pub mod eventually; // the one retry-until-deadline helper
 pub mod kafka; // topics, record collection, the Java partitioner
 pub mod metrics; // reading a service's /metrics text

@@ -8,6 +8,7 @@ use idempotent_consumer::{migrator, processed};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use test_support::database::TestDatabase;
+use test_support::dedupe::aged_rows as rows;
 
 use crate::server;
 
@@ -25,19 +26,6 @@ async fn schema(pool: &PgPool) -> (String, String) {
     .fetch_one(pool)
     .await
     .unwrap()
-}
-
-async fn rows(pool: &PgPool, consumer: &str, count: i32, days_ago: i32) {
-    sqlx::query(
-        "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
-         select $1, gen_random_uuid(), now() - make_interval(days => $3) from generate_series(1, $2)",
-    )
-    .bind(consumer)
-    .bind(count)
-    .bind(days_ago)
-    .execute(pool)
-    .await
-    .unwrap();
 }
 
 async fn count(pool: &PgPool) -> i64 {

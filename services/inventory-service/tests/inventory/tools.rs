@@ -154,17 +154,8 @@ async fn a_redriven_record_whose_cause_was_fixed_is_processed_once_and_a_second_
 #[tokio::test]
 async fn retention_refuses_an_unsafe_window_and_deletes_old_rows_in_batches() {
     let test = InventoryTest::new().await;
-    sqlx::query(
-        "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
-         select 'estoque.reserva', gen_random_uuid(), now() - interval '30 days' from generate_series(1, 12000)",
-    )
-    .execute(&test.pool)
-    .await
-    .unwrap();
-    sqlx::query("insert into mensagem_processada (consumidor, mensagem_id) values ('estoque.reserva', gen_random_uuid())")
-        .execute(&test.pool)
-        .await
-        .unwrap();
+    test_support::dedupe::aged_rows(&test.pool, "estoque.reserva", 12_000, 30).await;
+    test_support::dedupe::aged_rows(&test.pool, "estoque.reserva", 1, 0).await;
 
     let (code, _) = test.tool(&["retention", "--retention", "1d"]).await;
     assert_ne!(

@@ -46,10 +46,7 @@ fn describe() {
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, service_support::metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
         .into_response()

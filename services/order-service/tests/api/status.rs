@@ -175,16 +175,7 @@ impl StatusTest {
 
     /// Dedupe rows of `consumer`, `count` of them, processed `days_ago`.
     async fn processed_rows(&self, consumer: &str, count: i32, days_ago: i32) {
-        sqlx::query(
-            "insert into mensagem_processada (consumidor, mensagem_id, processada_em)
-             select $1, gen_random_uuid(), now() - make_interval(days => $3) from generate_series(1, $2)",
-        )
-        .bind(consumer)
-        .bind(count)
-        .bind(days_ago)
-        .execute(&self.app.pool)
-        .await
-        .unwrap();
+        test_support::dedupe::aged_rows(&self.app.pool, consumer, count, days_ago).await;
     }
 
     /// Dedupe rows of `consumer` processed at least `days_ago`.
