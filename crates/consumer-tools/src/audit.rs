@@ -100,7 +100,7 @@ pub fn login_name() -> String {
 }
 
 /// One redrive as the audit records it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Redriven {
     pub dlt_topic: String,
     pub dlt_partition: i32,
@@ -113,10 +113,9 @@ pub struct Redriven {
 }
 
 /// A row of the audit.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AuditEntry {
     #[serde(flatten)]
-    #[sqlx(flatten)]
     pub redriven: Redriven,
     pub operator: String,
     pub via: String,
@@ -152,9 +151,9 @@ impl Audit {
     /// read-only role, or a database whose service has not created the
     /// table yet).
     pub async fn check(&self) -> Result<(), sqlx::Error> {
-        let writable: bool = sqlx::query_scalar(
-            "select coalesce(has_table_privilege(to_regclass('dlt_redrive'), 'INSERT'), false)
-                    and not current_setting('transaction_read_only')::bool",
+        let writable = sqlx::query_scalar!(
+            r#"select coalesce(has_table_privilege(to_regclass('dlt_redrive'), 'INSERT'), false)
+                      and not current_setting('transaction_read_only')::bool as "writable!""#,
         )
         .fetch_one(&self.pool)
         .await?;
@@ -170,21 +169,21 @@ impl Audit {
     }
 
     pub async fn record(&self, redriven: &Redriven) -> Result<(), sqlx::Error> {
-        sqlx::query(
+        sqlx::query!(
             "insert into dlt_redrive (dlt_topic, dlt_partition, dlt_offset, message_id, reason,
                                       to_topic, to_partition, to_offset, operator, via)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            redriven.dlt_topic,
+            redriven.dlt_partition,
+            redriven.dlt_offset,
+            redriven.message_id,
+            redriven.reason,
+            redriven.to_topic,
+            redriven.to_partition,
+            redriven.to_offset,
+            self.operator,
+            self.via,
         )
-        .bind(&redriven.dlt_topic)
-        .bind(redriven.dlt_partition)
-        .bind(redriven.dlt_offset)
-        .bind(redriven.message_id)
-        .bind(&redriven.reason)
-        .bind(&redriven.to_topic)
-        .bind(redriven.to_partition)
-        .bind(redriven.to_offset)
-        .bind(&self.operator)
-        .bind(self.via)
         .execute(&self.pool)
         .await
         .map(drop)
@@ -193,14 +192,32 @@ impl Audit {
 
 /// The audit's rows for these messages, oldest first.
 pub async fn history(pool: &PgPool, message_ids: &[Uuid]) -> Result<Vec<AuditEntry>, sqlx::Error> {
-    sqlx::query_as(
+    let rows = sqlx::query!(
         "select dlt_topic, dlt_partition, dlt_offset, message_id, reason, to_topic,
                 to_partition, to_offset, operator, via, redriven_at
          from dlt_redrive where message_id = any($1) order by position",
+        message_ids,
     )
-    .bind(message_ids)
     .fetch_all(pool)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| AuditEntry {
+            redriven: Redriven {
+                dlt_topic: row.dlt_topic,
+                dlt_partition: row.dlt_partition,
+                dlt_offset: row.dlt_offset,
+                message_id: row.message_id,
+                reason: row.reason,
+                to_topic: row.to_topic,
+                to_partition: row.to_partition,
+                to_offset: row.to_offset,
+            },
+            operator: row.operator,
+            via: row.via,
+            redriven_at: row.redriven_at,
+        })
+        .collect())
 }
 
 #[cfg(test)]

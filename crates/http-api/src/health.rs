@@ -33,7 +33,7 @@ pub async fn ready(pool: &PgPool, problems: Vec<String>) -> Result<Json<Health>,
     if !problems.is_empty() {
         return Err(ApiError::Unavailable(problems.join("; ")));
     }
-    let ping = sqlx::query("select 1").execute(pool);
+    let ping = sqlx::query!("select 1 as one").fetch_one(pool);
     match tokio::time::timeout(READINESS_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(Json(Health { status: "ok" })),
         Ok(Err(error)) => Err(ApiError::Unavailable(format!(

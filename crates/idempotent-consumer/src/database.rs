@@ -111,8 +111,9 @@ impl Database {
     async fn ping(&self) -> Result<(), ProbeError> {
         let attempt = async {
             let mut connection = self.pool.acquire().await?;
-            let writable: Result<bool, sqlx::Error> = sqlx::query_scalar(
-                "select not pg_is_in_recovery() and current_setting('transaction_read_only') = 'off'",
+            let writable = sqlx::query_scalar!(
+                r#"select not pg_is_in_recovery()
+                          and current_setting('transaction_read_only') = 'off' as "writable!""#,
             )
             .fetch_one(&mut *connection)
             .await;

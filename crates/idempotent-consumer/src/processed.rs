@@ -44,14 +44,14 @@ pub(crate) async fn claim(
     consumer: &str,
     ids: &[Uuid],
 ) -> Result<HashSet<Uuid>, sqlx::Error> {
-    let claimed = sqlx::query_scalar(
+    let claimed = sqlx::query_scalar!(
         "insert into mensagem_processada (consumidor, mensagem_id)
          select $1, id from unnest($2::uuid[]) as id
          on conflict do nothing
          returning mensagem_id",
+        consumer,
+        ids,
     )
-    .bind(consumer)
-    .bind(ids)
     .fetch_all(tx)
     .await?;
     Ok(claimed.into_iter().collect())
@@ -64,11 +64,13 @@ pub(crate) async fn withdraw(
     consumer: &str,
     ids: &[Uuid],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("delete from mensagem_processada where consumidor = $1 and mensagem_id = any($2)")
-        .bind(consumer)
-        .bind(ids)
-        .execute(tx)
-        .await?;
+    sqlx::query!(
+        "delete from mensagem_processada where consumidor = $1 and mensagem_id = any($2)",
+        consumer,
+        ids,
+    )
+    .execute(tx)
+    .await?;
     Ok(())
 }
 
@@ -79,14 +81,18 @@ pub async fn processed_at(
     consumer: &str,
     ids: &[Uuid],
 ) -> Result<Vec<(Uuid, time::OffsetDateTime)>, sqlx::Error> {
-    sqlx::query_as(
+    let rows = sqlx::query!(
         "select mensagem_id, processada_em from mensagem_processada
          where consumidor = $1 and mensagem_id = any($2)",
+        consumer,
+        ids,
     )
-    .bind(consumer)
-    .bind(ids)
     .fetch_all(pool)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.mensagem_id, row.processada_em))
+        .collect())
 }
 
 /// How long a consumer keeps its rows, and what that must cover.
@@ -162,15 +168,15 @@ pub async fn purge(pool: &PgPool, consumer: &str, keep: Duration) -> Result<u64,
     let keep = time::Duration::try_from(keep).unwrap_or(time::Duration::MAX);
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(
+        let deleted = sqlx::query!(
             "delete from mensagem_processada where ctid = any(array(
                  select ctid from mensagem_processada
-                 where consumidor = $1 and processada_em < now() - $2
+                 where consumidor = $1 and processada_em < now() - $2::interval
                  limit $3))",
+            consumer,
+            keep as time::Duration,
+            PURGE_BATCH,
         )
-        .bind(consumer)
-        .bind(keep)
-        .bind(PURGE_BATCH)
         .execute(pool)
         .await?
         .rows_affected();

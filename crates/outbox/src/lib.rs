@@ -123,7 +123,7 @@ pub async fn insert(
         span_contexts.push(message.trace.as_ref().map(TraceContext::to_properties));
     }
     // `with ordinality` and the ordered select keep `seq` in message order.
-    sqlx::query(
+    sqlx::query!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
                              tracingspancontext)
          select id, aggregatetype, aggregateid, type, payload, traceparent, tracingspancontext
@@ -132,19 +132,20 @@ pub async fn insert(
               with ordinality as m (id, aggregatetype, aggregateid, type, payload, traceparent,
                                     tracingspancontext, n)
          order by n",
+        &ids,
+        &aggregate_types as &[&str],
+        &aggregate_ids as &[&str],
+        &types as &[&str],
+        // Json<&Value> encodes as jsonb without a copy of the payload; the
+        // macro only knows Vec<Value> for jsonb[].
+        &payloads as _,
+        &traceparents as &[Option<&str>],
+        &span_contexts as &[Option<String>],
     )
-    .bind(&ids)
-    .bind(&aggregate_types)
-    .bind(&aggregate_ids)
-    .bind(&types)
-    .bind(&payloads)
-    .bind(&traceparents)
-    .bind(&span_contexts)
     .execute(&mut *tx)
     .await?;
     if cleanup == Cleanup::InTransaction {
-        sqlx::query("delete from outbox where id = any($1)")
-            .bind(&ids)
+        sqlx::query!("delete from outbox where id = any($1)", &ids)
             .execute(tx)
             .await?;
     }
@@ -170,25 +171,29 @@ pub struct Backlog {
 pub async fn backlog(pool: &PgPool) -> Result<Backlog, sqlx::Error> {
     // Both counts use the partial indexes; the parked count is usually 0.
     // The held count starts from the parked rows (usually none).
-    let (pending, oldest_age_seconds, parked, held): (i64, Option<f64>, i64, i64) = sqlx::query_as(
-        "select (select count(*) from outbox where published_at is null and parked_at is null),
+    let counts = sqlx::query!(
+        r#"select (select count(*) from outbox where published_at is null and parked_at is null)
+                      as "pending!",
                 (select extract(epoch from now() - min(created_at))::float8
-                   from outbox where published_at is null and parked_at is null),
-                (select count(*) from outbox where parked_at is not null),
+                   from outbox where published_at is null and parked_at is null)
+                      as oldest_age_seconds,
+                (select count(*) from outbox where parked_at is not null) as "parked!",
                 (select count(distinct o.id)
                    from outbox p
                    join outbox o on o.aggregatetype = p.aggregatetype
                                 and o.aggregateid = p.aggregateid
                                 and o.seq > p.seq
                                 and o.published_at is null and o.parked_at is null
-                  where p.parked_at is not null and p.published_at is null)",
+                  where p.parked_at is not null and p.published_at is null) as "held!""#,
     )
     .fetch_one(pool)
     .await?;
     Ok(Backlog {
-        pending,
-        oldest_pending_age: Duration::from_secs_f64(oldest_age_seconds.unwrap_or(0.0).max(0.0)),
-        parked,
-        held,
+        pending: counts.pending,
+        oldest_pending_age: Duration::from_secs_f64(
+            counts.oldest_age_seconds.unwrap_or(0.0).max(0.0),
+        ),
+        parked: counts.parked,
+        held: counts.held,
     })
 }

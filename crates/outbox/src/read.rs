@@ -7,10 +7,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// An outbox row as it stands.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
     pub id: Uuid,
-    #[sqlx(rename = "type")]
     pub event_type: String,
     pub created_at: OffsetDateTime,
     pub attempts: i32,
@@ -22,10 +21,9 @@ pub struct Row {
 }
 
 /// A delivery log entry: a row the relay published, and where to.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     pub id: Uuid,
-    #[sqlx(rename = "type")]
     pub event_type: String,
     pub written_at: OffsetDateTime,
     pub topic: String,
@@ -37,13 +35,13 @@ pub struct Delivery {
 /// The key (`aggregateid`) of message `id`, from its row or, once the row
 /// is gone, from the delivery log.
 pub async fn key_of(pool: &PgPool, id: Uuid) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "select aggregateid from outbox where id = $1
-         union all
-         (select aggregateid from outbox_delivery where id = $1 limit 1)
-         limit 1",
+    sqlx::query_scalar!(
+        r#"select aggregateid as "aggregateid!" from outbox where id = $1
+           union all
+           (select aggregateid from outbox_delivery where id = $1 limit 1)
+           limit 1"#,
+        id,
     )
-    .bind(id)
     .fetch_optional(pool)
     .await
 }
@@ -54,13 +52,14 @@ pub async fn rows(
     aggregate_type: &str,
     aggregate_id: &str,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    sqlx::query_as(
-        "select id, type, created_at, attempts, last_error, parked_at, published_at,
+    sqlx::query_as!(
+        Row,
+        "select id, type as event_type, created_at, attempts, last_error, parked_at, published_at,
                 deferrals, next_attempt_at
          from outbox where aggregatetype = $1 and aggregateid = $2 order by seq",
+        aggregate_type,
+        aggregate_id,
     )
-    .bind(aggregate_type)
-    .bind(aggregate_id)
     .fetch_all(pool)
     .await
 }
@@ -71,13 +70,14 @@ pub async fn deliveries(
     aggregate_type: &str,
     aggregate_id: &str,
 ) -> Result<Vec<Delivery>, sqlx::Error> {
-    sqlx::query_as(
-        "select id, type, written_at, topic, partition, \"offset\", published_at
-         from outbox_delivery where aggregatetype = $1 and aggregateid = $2
-         order by published_at",
+    sqlx::query_as!(
+        Delivery,
+        r#"select id, type as event_type, written_at, topic, partition, "offset", published_at
+           from outbox_delivery where aggregatetype = $1 and aggregateid = $2
+           order by published_at"#,
+        aggregate_type,
+        aggregate_id,
     )
-    .bind(aggregate_type)
-    .bind(aggregate_id)
     .fetch_all(pool)
     .await
 }

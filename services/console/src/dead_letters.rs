@@ -260,22 +260,20 @@ pub async fn predict(sources: &Sources, letter: &DeadLetter) -> Result<Predictio
         None => None,
     };
     let order: Option<(String, Option<OffsetDateTime>)> = match order_id {
-        Some(id) => {
-            sqlx::query_as(
-                "select o.status, (select max(h.changed_at) from order_status_history h
-                                   where h.order_id = o.id and h.status = o.status)
+        Some(id) => sqlx::query!(
+            "select o.status, (select max(h.changed_at) from order_status_history h
+                                   where h.order_id = o.id and h.status = o.status) as since
                  from orders o where o.id = $1",
-            )
-            .bind(id)
-            .fetch_optional(sources.db(Db::Orders))
-            .await?
-        }
+            id,
+        )
+        .fetch_optional(sources.db(Db::Orders))
+        .await?
+        .map(|row| (row.status, row.since)),
         None => None,
     };
     let reservation: Option<String> = match order_id {
         Some(id) => {
-            sqlx::query_scalar("select status from reservations where order_id = $1")
-                .bind(id)
+            sqlx::query_scalar!("select status from reservations where order_id = $1", id)
                 .fetch_optional(sources.db(Db::Inventory))
                 .await?
         }

@@ -77,7 +77,7 @@ pub struct OutboxHealth {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Leader {
     /// poll (the advisory lock) or cdc (the replication slot).
     pub mode: String,
@@ -205,14 +205,6 @@ fn dlt_health(
     Ok(health)
 }
 
-type BacklogRow = (
-    Option<i32>,
-    Option<String>,
-    Option<String>,
-    Option<f64>,
-    String,
-);
-
 async fn outbox_health(sources: &Sources, flow: &Flow) -> OutboxHealth {
     let pool = sources.db(flow.producer);
     let mut health = OutboxHealth {
@@ -236,9 +228,11 @@ async fn outbox_health(sources: &Sources, flow: &Flow) -> OutboxHealth {
     }
     // The advisory lock's key is split across two oid columns (the high
     // and low 32 bits); a CDC relay leads by holding its slot instead.
-    let leader: Result<Option<BacklogRow>, sqlx::Error> = sqlx::query_as(
-        "select a.pid, a.application_name, host(a.client_addr),
-                extract(epoch from now() - a.state_change)::float8, 'poll'
+    let leader = sqlx::query_as!(
+        Leader,
+        r#"select a.pid as "pid!", a.application_name, host(a.client_addr) as client_addr,
+                extract(epoch from now() - a.state_change)::float8 as idle_seconds,
+                'poll' as "mode!"
          from pg_locks l join pg_stat_activity a on a.pid = l.pid
          where l.locktype = 'advisory' and l.granted and l.database = (
                    select oid from pg_database where datname = current_database())
@@ -249,24 +243,13 @@ async fn outbox_health(sources: &Sources, flow: &Flow) -> OutboxHealth {
                 extract(epoch from now() - a.state_change)::float8, 'cdc'
          from pg_replication_slots s join pg_stat_activity a on a.pid = s.active_pid
          where s.database = current_database() and s.plugin = 'pgoutput'
-         limit 1",
+         limit 1"#,
+        sources.relay_lock_key,
     )
-    .bind(sources.relay_lock_key)
     .fetch_optional(pool)
     .await;
     match leader {
-        Ok(row) => {
-            health.leader =
-                row.map(
-                    |(pid, application_name, client_addr, idle_seconds, mode)| Leader {
-                        mode,
-                        pid: pid.unwrap_or_default(),
-                        application_name,
-                        client_addr,
-                        idle_seconds,
-                    },
-                );
-        }
+        Ok(leader) => health.leader = leader,
         Err(error) => {
             health.error.get_or_insert_with(|| chain(&error));
         }

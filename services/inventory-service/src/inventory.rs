@@ -11,7 +11,7 @@ use idempotent_consumer::Claimed;
 use outbox::OutboxMessage;
 
 /// Stock of one sku.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stock {
     pub sku: String,
     pub available: i64,
@@ -70,22 +70,24 @@ pub async fn reserve(
         .collect();
     skus.sort_unstable();
     skus.dedup();
-    let mut available: HashMap<String, i64> = sqlx::query_as(
+    let mut available: HashMap<String, i64> = sqlx::query!(
         "select sku, available from stock where sku = any($1) order by sku for update",
+        &skus as &[&str],
     )
-    .bind(&skus)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .map(|row| (row.sku, row.available))
+    .collect();
+    let order_ids: Vec<Uuid> = messages.iter().map(|m| m.message.order_id).collect();
+    let mut decided: HashSet<Uuid> = sqlx::query_scalar!(
+        "select order_id from reservations where order_id = any($1)",
+        &order_ids,
+    )
     .fetch_all(&mut *tx)
     .await?
     .into_iter()
     .collect();
-    let order_ids: Vec<Uuid> = messages.iter().map(|m| m.message.order_id).collect();
-    let mut decided: HashSet<Uuid> =
-        sqlx::query_scalar("select order_id from reservations where order_id = any($1)")
-            .bind(&order_ids)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect();
 
     let mut applied = Vec::with_capacity(messages.len());
     let mut outcomes = Outcomes::default();
@@ -182,36 +184,36 @@ impl Outcomes {
         if self.order_ids.is_empty() {
             return Ok(());
         }
-        sqlx::query(
+        sqlx::query!(
             "insert into reservations (order_id, status, reason, message_id)
              select * from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[])",
+            &self.order_ids,
+            &self.statuses as &[&str],
+            &self.reasons as &[Option<String>],
+            &self.message_ids,
         )
-        .bind(&self.order_ids)
-        .bind(&self.statuses)
-        .bind(&self.reasons)
-        .bind(&self.message_ids)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
+        sqlx::query!(
             "insert into reservation_items (order_id, line, sku, quantity)
              select * from unnest($1::uuid[], $2::int2[], $3::text[], $4::int4[])",
+            &self.item_orders,
+            &self.item_lines,
+            &self.item_skus,
+            &self.item_quantities,
         )
-        .bind(&self.item_orders)
-        .bind(&self.item_lines)
-        .bind(&self.item_skus)
-        .bind(&self.item_quantities)
         .execute(&mut *tx)
         .await?;
         if !self.reserved.is_empty() {
             let (skus, quantities): (Vec<String>, Vec<i64>) = self.reserved.into_iter().unzip();
-            sqlx::query(
+            sqlx::query!(
                 "update stock s
                  set available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
                  from unnest($1::text[], $2::int8[]) as w (sku, quantity)
                  where s.sku = w.sku",
+                &skus,
+                &quantities,
             )
-            .bind(&skus)
-            .bind(&quantities)
             .execute(&mut *tx)
             .await?;
         }
@@ -257,14 +259,15 @@ pub async fn release(
     messages: &[Claimed<'_, OrderCancelled>],
 ) -> Result<Vec<Cancellation>, sqlx::Error> {
     let order_ids: Vec<Uuid> = messages.iter().map(|m| m.message.order_id).collect();
-    let mut status: HashMap<Uuid, String> = sqlx::query_as(
+    let mut status: HashMap<Uuid, String> = sqlx::query!(
         "select order_id, status from reservations where order_id = any($1)
          order by order_id for update",
+        &order_ids,
     )
-    .bind(&order_ids)
     .fetch_all(&mut *tx)
     .await?
     .into_iter()
+    .map(|row| (row.order_id, row.status))
     .collect();
 
     let mut applied = Vec::with_capacity(messages.len());
@@ -296,13 +299,16 @@ pub async fn release(
     }
 
     if !released.is_empty() {
-        let items: Vec<(Uuid, String, i32)> = sqlx::query_as(
+        let items: Vec<(Uuid, String, i32)> = sqlx::query!(
             "select order_id, sku, quantity from reservation_items
              where order_id = any($1) order by order_id, line",
+            &released,
         )
-        .bind(&released)
         .fetch_all(&mut *tx)
-        .await?;
+        .await?
+        .into_iter()
+        .map(|row| (row.order_id, row.sku, row.quantity))
+        .collect();
         let mut returned: HashMap<&str, i64> = HashMap::new();
         for (_, sku, quantity) in &items {
             *returned.entry(sku.as_str()).or_default() += i64::from(*quantity);
@@ -310,28 +316,30 @@ pub async fn release(
         let mut skus: Vec<&str> = returned.keys().copied().collect();
         skus.sort_unstable();
         let quantities: Vec<i64> = skus.iter().map(|sku| returned[sku]).collect();
-        sqlx::query("select sku from stock where sku = any($1) order by sku for update")
-            .bind(&skus)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
+        sqlx::query!(
+            "select sku from stock where sku = any($1) order by sku for update",
+            &skus as &[&str],
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query!(
             "update stock s
              set available = s.available + w.quantity, reserved = s.reserved - w.quantity, updated_at = now()
              from unnest($1::text[], $2::int8[]) as w (sku, quantity)
              where s.sku = w.sku",
+            &skus as &[&str],
+            &quantities,
         )
-        .bind(&skus)
-        .bind(&quantities)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
+        sqlx::query!(
             "update reservations r
              set status = 'RELEASED', cancelled_at = clock_timestamp(), cancel_message_id = c.message_id
              from unnest($1::uuid[], $2::uuid[]) as c (order_id, message_id)
              where r.order_id = c.order_id",
+            &released,
+            &released_by,
         )
-        .bind(&released)
-        .bind(&released_by)
         .execute(&mut *tx)
         .await?;
         let events: Vec<OutboxMessage> = released
@@ -348,13 +356,13 @@ pub async fn release(
         outbox::insert(tx, &events, outbox::Cleanup::Relay).await?;
     }
     if !cancelled.is_empty() {
-        sqlx::query(
+        sqlx::query!(
             "insert into reservations (order_id, status, message_id, cancelled_at, cancel_message_id)
              select order_id, 'CANCELLED', message_id, clock_timestamp(), message_id
              from unnest($1::uuid[], $2::uuid[]) as c (order_id, message_id)",
+            &cancelled,
+            &cancelled_by,
         )
-        .bind(&cancelled)
-        .bind(&cancelled_by)
         .execute(&mut *tx)
         .await?;
     }
@@ -363,26 +371,29 @@ pub async fn release(
 
 /// Sets the units available for `sku`, creating it if new.
 pub async fn set_available(pool: &PgPool, sku: &Sku, available: i64) -> Result<Stock, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Stock,
         "insert into stock (sku, available) values ($1, $2)
          on conflict (sku) do update set available = excluded.available, updated_at = now()
          returning sku, available, reserved",
+        sku.as_str(),
+        available,
     )
-    .bind(sku.as_str())
-    .bind(available)
     .fetch_one(pool)
     .await
 }
 
 pub async fn stock(pool: &PgPool, sku: &Sku) -> Result<Option<Stock>, sqlx::Error> {
-    sqlx::query_as("select sku, available, reserved from stock where sku = $1")
-        .bind(sku.as_str())
-        .fetch_optional(pool)
-        .await
+    sqlx::query_as!(
+        Stock,
+        "select sku, available, reserved from stock where sku = $1",
+        sku.as_str(),
+    )
+    .fetch_optional(pool)
+    .await
 }
 
 /// A reservation with its items aggregated in line order.
-#[derive(sqlx::FromRow)]
 struct ReservationRow {
     order_id: Uuid,
     status: String,
@@ -395,15 +406,18 @@ pub async fn reservation(
     pool: &PgPool,
     order_id: Uuid,
 ) -> Result<Option<Reservation>, sqlx::Error> {
-    let row: Option<ReservationRow> = sqlx::query_as(
-        "select r.order_id, r.status, r.reason,
-                coalesce(array_agg(i.sku order by i.line) filter (where i.sku is not null), '{}') as skus,
-                coalesce(array_agg(i.quantity order by i.line) filter (where i.sku is not null), '{}') as quantities
-         from reservations r left join reservation_items i on i.order_id = r.order_id
-         where r.order_id = $1
-         group by r.order_id",
+    let row = sqlx::query_as!(
+        ReservationRow,
+        r#"select r.order_id, r.status, r.reason,
+                  coalesce(array_agg(i.sku order by i.line) filter (where i.sku is not null), '{}')
+                      as "skus!",
+                  coalesce(array_agg(i.quantity order by i.line) filter (where i.sku is not null), '{}')
+                      as "quantities!"
+           from reservations r left join reservation_items i on i.order_id = r.order_id
+           where r.order_id = $1
+           group by r.order_id"#,
+        order_id,
     )
-    .bind(order_id)
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|row| Reservation {

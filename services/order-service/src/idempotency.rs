@@ -91,33 +91,34 @@ pub async fn begin(
     // before it is read, and then the key is free again.
     for _ in 0..2 {
         // Insert first, no SELECT before it: the primary key is the lock.
-        let inserted = sqlx::query(
+        let inserted = sqlx::query!(
             "insert into idempotency_keys (key, request_hash, response_status, response_body, order_id)
              values ($1, $2, $3, $4, $5)
              on conflict (key) do nothing",
+            key.as_str(),
+            hash.0.as_slice(),
+            i16::try_from(response.status).unwrap_or(i16::MAX),
+            // Json<&Value>: the body is encoded without a copy.
+            Json(&response.body) as _,
+            order_id.as_uuid(),
         )
-        .bind(key.as_str())
-        .bind(hash.0.as_slice())
-        .bind(i16::try_from(response.status).unwrap_or(i16::MAX))
-        .bind(Json(&response.body))
-        .bind(order_id.as_uuid())
         .execute(&mut *tx)
         .await?
         .rows_affected();
         if inserted == 1 {
             return Ok(NextAction::Proceed(tx));
         }
-        let saved: Option<(Vec<u8>, i16, Json<serde_json::Value>)> = sqlx::query_as(
+        let saved = sqlx::query!(
             "select request_hash, response_status, response_body from idempotency_keys where key = $1",
+            key.as_str(),
         )
-        .bind(key.as_str())
         .fetch_optional(&mut *tx)
         .await?;
         match saved {
-            Some((stored, status, Json(body))) if stored == hash.0 => {
+            Some(saved) if saved.request_hash == hash.0 => {
                 return Ok(NextAction::Replay(SavedResponse {
-                    status: u16::try_from(status).unwrap_or(500),
-                    body,
+                    status: u16::try_from(saved.response_status).unwrap_or(500),
+                    body: saved.response_body,
                 }));
             }
             Some(_) => return Err(ClaimError::Reused),
@@ -134,12 +135,12 @@ pub async fn record_response(
     key: &IdempotencyKey,
     response: &SavedResponse,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "update idempotency_keys set response_status = $2, response_body = $3 where key = $1",
+        key.as_str(),
+        i16::try_from(response.status).unwrap_or(i16::MAX),
+        Json(&response.body) as _,
     )
-    .bind(key.as_str())
-    .bind(i16::try_from(response.status).unwrap_or(i16::MAX))
-    .bind(Json(&response.body))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -149,15 +150,15 @@ pub async fn record_response(
 pub async fn purge_expired(pool: &PgPool, ttl: Duration, batch: i64) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(
+        let deleted = sqlx::query!(
             "delete from idempotency_keys
              where key in (select key from idempotency_keys
-                           where created_at < now() - $1
+                           where created_at < now() - $1::interval
                            order by created_at limit $2
                            for update skip locked)",
+            ttl as Duration,
+            batch,
         )
-        .bind(ttl)
-        .bind(batch)
         .execute(pool)
         .await?
         .rows_affected();

@@ -23,7 +23,7 @@ pub struct Order {
 }
 
 /// One entry of an order's status history.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusChange {
     pub status: OrderStatus,
     pub reason: Option<String>,
@@ -72,19 +72,19 @@ impl Order {
 pub async fn insert(tx: &mut Transaction<'_, Postgres>, order: &Order) -> Result<(), sqlx::Error> {
     let first = order.history.first();
     // One statement: the order and its first history entry.
-    sqlx::query(
+    sqlx::query!(
         "with o as (
              insert into orders (id, customer_id, status, created_at) values ($1, $2, $3, $4)
              returning id, status, created_at
          )
          insert into order_status_history (order_id, status, message_id, changed_at)
          select id, status, $5, created_at from o",
+        order.id.as_uuid(),
+        order.customer_id,
+        order.status as OrderStatus,
+        order.created_at,
+        first.and_then(|change| change.message_id),
     )
-    .bind(order.id.as_uuid())
-    .bind(&order.customer_id)
-    .bind(order.status)
-    .bind(order.created_at)
-    .bind(first.and_then(|change| change.message_id))
     .execute(&mut **tx)
     .await?;
     let (skus, quantities): (Vec<&str>, Vec<i32>) = order
@@ -93,21 +93,20 @@ pub async fn insert(tx: &mut Transaction<'_, Postgres>, order: &Order) -> Result
         .map(|(sku, quantity)| (sku.as_str(), *quantity))
         .unzip();
     // One statement for all items, whatever their number.
-    sqlx::query(
+    sqlx::query!(
         "insert into order_items (order_id, line, sku, quantity)
          select $1, item.line - 1, item.sku, item.quantity
          from unnest($2::text[], $3::int4[]) with ordinality as item (sku, quantity, line)",
+        order.id.as_uuid(),
+        &skus as &[&str],
+        &quantities,
     )
-    .bind(order.id.as_uuid())
-    .bind(&skus)
-    .bind(&quantities)
     .execute(&mut **tx)
     .await?;
     Ok(())
 }
 
 /// One order with its items aggregated in line order.
-#[derive(sqlx::FromRow)]
 struct OrderRow {
     id: uuid::Uuid,
     customer_id: String,
@@ -120,34 +119,40 @@ struct OrderRow {
 
 /// An order's status; `None` when there is no such order.
 pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<OrderStatus>, sqlx::Error> {
-    sqlx::query_scalar("select status from orders where id = $1")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"select status as "status: OrderStatus" from orders where id = $1"#,
+        id,
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 #[tracing::instrument(skip(conn), err)]
 pub async fn find(conn: &mut PgConnection, id: OrderId) -> Result<Option<Order>, sqlx::Error> {
-    let row: Option<OrderRow> = sqlx::query_as(
-        "select o.id, o.customer_id, o.status, o.status_reason, o.created_at,
-                array_agg(i.sku order by i.line) as skus,
-                array_agg(i.quantity order by i.line) as quantities
-         from orders o
-         join order_items i on i.order_id = o.id
-         where o.id = $1
-         group by o.id",
+    let row = sqlx::query_as!(
+        OrderRow,
+        r#"select o.id, o.customer_id, o.status as "status: OrderStatus", o.status_reason,
+                  o.created_at,
+                  array_agg(i.sku order by i.line) as "skus!",
+                  array_agg(i.quantity order by i.line) as "quantities!"
+           from orders o
+           join order_items i on i.order_id = o.id
+           where o.id = $1
+           group by o.id"#,
+        id.as_uuid(),
     )
-    .bind(id.as_uuid())
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else {
         return Ok(None);
     };
-    let history = sqlx::query_as(
-        "select status, reason, message_id, changed_at from order_status_history
-         where order_id = $1 order by position",
+    let history = sqlx::query_as!(
+        StatusChange,
+        r#"select status as "status: OrderStatus", reason, message_id, changed_at
+           from order_status_history
+           where order_id = $1 order by position"#,
+        id.as_uuid(),
     )
-    .bind(id.as_uuid())
     .fetch_all(&mut *conn)
     .await?;
     Ok(Some(Order {

@@ -126,23 +126,24 @@ impl Election {
         let lease = time::Duration::try_from(self.lease).unwrap_or(time::Duration::MAX);
         // A bigint advisory key shows in pg_locks as classid (high 32 bits),
         // objid (low 32 bits), objsubid 1.
-        let holder: Option<(i32, Option<f64>, Option<bool>)> = sqlx::query_as(
-            "select a.pid,
-                    extract(epoch from now() - a.state_change)::float8,
+        let holder = sqlx::query!(
+            r#"select a.pid as "pid!",
+                    extract(epoch from now() - a.state_change)::float8 as still_for,
                     case when a.state_change < now() - $3::interval
-                         then pg_terminate_backend(a.pid, $4) end
+                         then pg_terminate_backend(a.pid, $4) end as terminated
              from pg_locks l
              join pg_stat_activity a on a.pid = l.pid
              where l.locktype = 'advisory' and l.granted and l.objsubid = 1
                and l.database = (select oid from pg_database where datname = current_database())
-               and l.classid::bigint = $1 and l.objid::bigint = $2",
+               and l.classid::bigint = $1 and l.objid::bigint = $2"#,
+            self.lock_key >> 32 & 0xffff_ffff,
+            self.lock_key & 0xffff_ffff,
+            lease as time::Duration,
+            TERMINATE_WAIT_MS,
         )
-        .bind(self.lock_key >> 32 & 0xffff_ffff)
-        .bind(self.lock_key & 0xffff_ffff)
-        .bind(lease)
-        .bind(TERMINATE_WAIT_MS)
         .fetch_optional(&mut *conn)
-        .await?;
+        .await?
+        .map(|row| (row.pid, row.still_for, row.terminated));
         match holder {
             Some((pid, Some(still_for), Some(terminated))) => {
                 tracing::warn!(
@@ -174,8 +175,7 @@ impl Election {
 }
 
 async fn try_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("select pg_try_advisory_lock($1)")
-        .bind(key)
+    sqlx::query_scalar!(r#"select pg_try_advisory_lock($1) as "locked!""#, key)
         .fetch_one(conn)
         .await
 }
@@ -266,8 +266,13 @@ impl Leader {
 
     /// Renews the lease with a statement that does nothing else.
     pub async fn renew(&mut self) -> Result<(), LeadershipError> {
-        self.run(async |conn| sqlx::query("select 1").execute(conn).await.map(drop))
-            .await
+        self.run(async |conn| {
+            sqlx::query!("select 1 as one")
+                .fetch_one(conn)
+                .await
+                .map(drop)
+        })
+        .await
     }
 
     /// How long the leader may go without a statement before it must

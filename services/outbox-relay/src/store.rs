@@ -10,7 +10,6 @@
 //! a row is never sent while an earlier one of its aggregate may still fail.
 
 use std::collections::HashSet;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use sqlx::{PgConnection, PgPool};
@@ -29,20 +28,22 @@ pub enum AfterPublish {
 
 /// Fails unless the outbox table has every column the relay reads or writes.
 pub async fn check_table(pool: &PgPool, log: DeliveryLog) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    // Checked at compile time against the migrations, and here against the
+    // database the relay was pointed at (which may be older, or not ours).
+    sqlx::query!(
         "select id, aggregatetype, aggregateid, type, payload, created_at, seq, traceparent,
                 tracingspancontext, attempts, last_error, parked_at, published_at, next_attempt_at, deferrals
          from outbox limit 0",
     )
-    .execute(pool)
+    .fetch_optional(pool)
     .await?;
     if log == DeliveryLog::Off {
         return Ok(());
     }
     // The log is written in the statement that marks a batch: a relay that
     // could not write it would fail every mark after the broker's ack.
-    let writable: bool = sqlx::query_scalar(
-        "select coalesce(has_table_privilege(to_regclass('outbox_delivery'), 'INSERT'), false)",
+    let writable = sqlx::query_scalar!(
+        r#"select coalesce(has_table_privilege(to_regclass('outbox_delivery'), 'INSERT'), false) as "writable!""#,
     )
     .fetch_one(pool)
     .await?;
@@ -65,58 +66,54 @@ pub async fn fetch_pending(
     conn: &mut PgConnection,
     limit: i64,
 ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-    sqlx::query_as(&FETCH_PENDING)
-        .bind(limit)
-        .bind((limit / 10).max(1))
-        .fetch_all(conn)
-        .await
-}
-
-/// The columns an [`OutboxRow`] is read from.
-const ROW_COLUMNS: &str =
-    "o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
-     o.traceparent, o.tracingspancontext, o.seq, o.attempts";
-
-/// The read of [`fetch_pending`], built once: it runs on every poll.
-///
-/// Each half walks an index that holds only the rows it may take, so a read
-/// costs what it returns, not what waits: rows never deferred in insert
-/// order (`outbox_ready_idx`), deferred rows whose wait is over in the order
-/// they came due (`outbox_due_idx`). Deferred rows that are not due yet (a
-/// broken topic's backlog) are in neither walk. Rows behind an earlier
-/// unpublished row of their aggregate are still met by the first walk, one
-/// index probe each.
-///
-/// The eligibility test is written out twice, not as a CTE: a CTE used twice
-/// is materialised, which would read every pending row on every read. "The
-/// earliest of its aggregate" is a scalar subquery, so it runs as one index
-/// probe per row the scan meets: as an anti-join, a plan made before the
-/// table was first analysed (a bulk backlog) could be quadratic (seen in P2:
-/// one read of 50 000 rows ran for minutes).
-static FETCH_PENDING: LazyLock<String> = LazyLock::new(|| {
-    let eligible = |extra: &str, order: &str, limit: &str| {
-        format!(
-            "(select {ROW_COLUMNS}
-              from outbox o
-              where o.published_at is null and o.parked_at is null and {extra}
-                and o.seq = (
-                    select min(e.seq) from outbox e
-                    where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
-                      and e.published_at is null)
-              order by {order}
-              limit {limit})"
-        )
-    };
-    format!(
-        "select * from ({} union all {}) as batch order by seq",
-        eligible("o.deferrals = 0", "o.seq", "$1"),
-        eligible(
-            "o.deferrals > 0 and o.next_attempt_at <= now()",
-            "o.next_attempt_at",
-            "$2"
-        ),
+    // Each half walks an index that holds only the rows it may take, so a
+    // read costs what it returns, not what waits: rows never deferred in
+    // insert order (`outbox_ready_idx`), deferred rows whose wait is over in
+    // the order they came due (`outbox_due_idx`). Deferred rows that are not
+    // due yet (a broken topic's backlog) are in neither walk. Rows behind an
+    // earlier unpublished row of their aggregate are still met by the first
+    // walk, one index probe each.
+    //
+    // The eligibility test is written out twice, not as a CTE: a CTE used
+    // twice is materialised, which would read every pending row on every
+    // read. "The earliest of its aggregate" is a scalar subquery, so it runs
+    // as one index probe per row the scan meets: as an anti-join, a plan
+    // made before the table was first analysed (a bulk backlog) could be
+    // quadratic (seen in P2: one read of 50 000 rows ran for minutes).
+    sqlx::query_as!(
+        OutboxRow,
+        r#"select id as "id!", aggregatetype as "aggregatetype!", aggregateid as "aggregateid!",
+                  type as "event_type!", payload as "payload!", traceparent, tracingspancontext,
+                  seq as "seq!", attempts as "attempts!"
+           from ((select o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
+                         o.traceparent, o.tracingspancontext, o.seq, o.attempts
+                  from outbox o
+                  where o.published_at is null and o.parked_at is null and o.deferrals = 0
+                    and o.seq = (
+                        select min(e.seq) from outbox e
+                        where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
+                          and e.published_at is null)
+                  order by o.seq
+                  limit $1)
+                 union all
+                 (select o.id, o.aggregatetype, o.aggregateid, o.type, o.payload::text as payload,
+                         o.traceparent, o.tracingspancontext, o.seq, o.attempts
+                  from outbox o
+                  where o.published_at is null and o.parked_at is null
+                    and o.deferrals > 0 and o.next_attempt_at <= now()
+                    and o.seq = (
+                        select min(e.seq) from outbox e
+                        where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
+                          and e.published_at is null)
+                  order by o.next_attempt_at
+                  limit $2)) as batch
+           order by seq"#,
+        limit,
+        (limit / 10).max(1),
     )
-});
+    .fetch_all(conn)
+    .await
+}
 
 /// CDC mode's rows stepped aside: rows the stream could not deliver, the
 /// later rows of their aggregates held behind them, and the rows the table
@@ -133,26 +130,25 @@ pub async fn fetch_stepped_aside(
     conn: &mut PgConnection,
     limit: i64,
 ) -> Result<Vec<OutboxRow>, sqlx::Error> {
-    sqlx::query_as(&FETCH_STEPPED_ASIDE)
-        .bind(limit)
-        .fetch_all(conn)
-        .await
-}
-
-static FETCH_STEPPED_ASIDE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "select {ROW_COLUMNS}
-         from outbox o
-         where o.published_at is null and o.parked_at is null and o.deferrals > 0
-           and o.next_attempt_at <= now()
-           and o.seq = (
-               select min(e.seq) from outbox e
-               where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
-                 and e.published_at is null and (e.deferrals > 0 or e.parked_at is not null))
-         order by o.next_attempt_at, o.seq
-         limit $1"
+    sqlx::query_as!(
+        OutboxRow,
+        r#"select o.id, o.aggregatetype, o.aggregateid, o.type as event_type,
+                  o.payload::text as "payload!", o.traceparent, o.tracingspancontext, o.seq,
+                  o.attempts
+           from outbox o
+           where o.published_at is null and o.parked_at is null and o.deferrals > 0
+             and o.next_attempt_at <= now()
+             and o.seq = (
+                 select min(e.seq) from outbox e
+                 where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
+                   and e.published_at is null and (e.deferrals > 0 or e.parked_at is not null))
+           order by o.next_attempt_at, o.seq
+           limit $1"#,
+        limit,
     )
-});
+    .fetch_all(conn)
+    .await
+}
 
 /// What CDC mode's table path has to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,22 +164,25 @@ pub struct SteppedAside {
 pub async fn stepped_aside(conn: &mut PgConnection) -> Result<SteppedAside, sqlx::Error> {
     // No `greatest(…, 0)` around it: greatest ignores a NULL and would make
     // "none" read as "due now".
-    let (due_in, parked): (Option<f64>, bool) = sqlx::query_as(
-        "select (select extract(epoch from min(o.next_attempt_at) - now())::float8
+    let found = sqlx::query!(
+        r#"select (select extract(epoch from min(o.next_attempt_at) - now())::float8
                  from outbox o
                  where o.published_at is null and o.parked_at is null and o.deferrals > 0
                    and o.seq = (
                        select min(e.seq) from outbox e
                        where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
                          and e.published_at is null
-                         and (e.deferrals > 0 or e.parked_at is not null))),
-                exists (select 1 from outbox where parked_at is not null and published_at is null)",
+                         and (e.deferrals > 0 or e.parked_at is not null))) as due_in,
+                exists (select 1 from outbox where parked_at is not null and published_at is null)
+                    as "parked!""#,
     )
     .fetch_one(conn)
     .await?;
     Ok(SteppedAside {
-        due_in: due_in.map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
-        parked,
+        due_in: found
+            .due_in
+            .map(|seconds| Duration::from_secs_f64(seconds.max(0.0))),
+        parked: found.parked,
     })
 }
 
@@ -193,17 +192,20 @@ pub async fn blocked_aggregates(
     aggregates: &HashSet<(&str, &str)>,
 ) -> Result<HashSet<(String, String)>, sqlx::Error> {
     let (types, ids): (Vec<&str>, Vec<&str>) = aggregates.iter().copied().unzip();
-    let blocked: Vec<(String, String)> = sqlx::query_as(
+    let blocked = sqlx::query!(
         "select distinct o.aggregatetype, o.aggregateid
          from unnest($1::text[], $2::text[]) as b (aggregatetype, aggregateid)
          join outbox o on o.aggregatetype = b.aggregatetype and o.aggregateid = b.aggregateid
          where o.published_at is null and (o.deferrals > 0 or o.parked_at is not null)",
+        &types as &[&str],
+        &ids as &[&str],
     )
-    .bind(&types)
-    .bind(&ids)
     .fetch_all(conn)
     .await?;
-    Ok(blocked.into_iter().collect())
+    Ok(blocked
+        .into_iter()
+        .map(|row| (row.aggregatetype, row.aggregateid))
+        .collect())
 }
 
 /// A stream row to step aside: one the broker did not take (with its
@@ -245,10 +247,10 @@ pub async fn step_aside(
         contexts.push(row.tracingspancontext.as_deref());
         errors.push(*error);
     }
-    let max_wait = time::Duration::try_from(max_wait).unwrap_or(time::Duration::MAX);
+    let max_wait = interval(max_wait);
     // `with ordinality` and the ordered select keep `seq` in stream order
     // for the rows this inserts.
-    sqlx::query(
+    sqlx::query!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
                              tracingspancontext, last_error, deferrals, next_attempt_at)
          select id, aggregatetype, aggregateid, type, payload::jsonb, traceparent,
@@ -266,16 +268,16 @@ pub async fn step_aside(
              next_attempt_at = case when excluded.last_error is null then now()
                  else now() + least($9::interval,
                      interval '100 milliseconds' * power(2, least(outbox.deferrals, 20))) end",
+        &ids,
+        &types as &[&str],
+        &aggregate_ids as &[&str],
+        &event_types as &[&str],
+        &payloads as &[&str],
+        &traceparents as &[Option<&str>],
+        &contexts as &[Option<&str>],
+        &errors as &[Option<&str>],
+        max_wait as time::Duration,
     )
-    .bind(&ids)
-    .bind(&types)
-    .bind(&aggregate_ids)
-    .bind(&event_types)
-    .bind(&payloads)
-    .bind(&traceparents)
-    .bind(&contexts)
-    .bind(&errors)
-    .bind(max_wait)
     .execute(conn)
     .await?;
     Ok(())
@@ -285,7 +287,7 @@ pub async fn step_aside(
 /// the rows written before a new slot existed, which its stream will never
 /// carry. Returns how many.
 pub async fn step_aside_pending(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "update outbox set deferrals = 1, next_attempt_at = now()
          where published_at is null and parked_at is null and deferrals = 0",
     )
@@ -394,59 +396,71 @@ pub async fn mark_published(
     let topics: Vec<&str> = deliveries.iter().map(|d| d.topic.as_str()).collect();
     let partitions: Vec<i32> = deliveries.iter().map(|d| d.partition).collect();
     let offsets: Vec<i64> = deliveries.iter().map(|d| d.offset).collect();
-    let query = match (after, log) {
-        (AfterPublish::Delete, DeliveryLog::On) => sqlx::query_scalar(&MARK_DELETE),
-        (AfterPublish::Retain, DeliveryLog::On) => sqlx::query_scalar(&MARK_RETAIN),
+    // The delivery log is appended in the statement that marks the rows: a
+    // data-modifying CTE, so one round trip. A row published again (a
+    // session that ended before its mark) is found, and its second delivery
+    // logged.
+    match (after, log) {
+        (AfterPublish::Delete, DeliveryLog::On) => {
+            sqlx::query_scalar!(
+                r#"with published as (
+                       delete from outbox o where o.id = any($1)
+                       returning o.id, o.aggregatetype, o.aggregateid, o.type, o.created_at),
+                   logged as (
+                       insert into outbox_delivery
+                           (id, aggregatetype, aggregateid, type, written_at, topic, partition, "offset")
+                       select p.id, p.aggregatetype, p.aggregateid, p.type, p.created_at,
+                              d.topic, d.partition, d.offset
+                       from published p
+                       join unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[])
+                           as d (id, topic, partition, "offset") using (id))
+                   select id as "id!" from published"#,
+                &ids,
+                &topics as &[&str],
+                &partitions,
+                &offsets,
+            )
+            .fetch_all(conn)
+            .await
+        }
+        (AfterPublish::Retain, DeliveryLog::On) => {
+            sqlx::query_scalar!(
+                r#"with published as (
+                       update outbox o set published_at = coalesce(o.published_at, now())
+                       where o.id = any($1)
+                       returning o.id, o.aggregatetype, o.aggregateid, o.type, o.created_at),
+                   logged as (
+                       insert into outbox_delivery
+                           (id, aggregatetype, aggregateid, type, written_at, topic, partition, "offset")
+                       select p.id, p.aggregatetype, p.aggregateid, p.type, p.created_at,
+                              d.topic, d.partition, d.offset
+                       from published p
+                       join unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[])
+                           as d (id, topic, partition, "offset") using (id))
+                   select id as "id!" from published"#,
+                &ids,
+                &topics as &[&str],
+                &partitions,
+                &offsets,
+            )
+            .fetch_all(conn)
+            .await
+        }
         (AfterPublish::Delete, DeliveryLog::Off) => {
-            return sqlx::query_scalar("delete from outbox where id = any($1) returning id")
-                .bind(&ids)
+            sqlx::query_scalar!("delete from outbox where id = any($1) returning id", &ids)
                 .fetch_all(conn)
-                .await;
+                .await
         }
         (AfterPublish::Retain, DeliveryLog::Off) => {
-            return sqlx::query_scalar(
+            sqlx::query_scalar!(
                 "update outbox set published_at = coalesce(published_at, now())
                  where id = any($1) returning id",
+                &ids,
             )
-            .bind(&ids)
             .fetch_all(conn)
-            .await;
+            .await
         }
-    };
-    query
-        .bind(&ids)
-        .bind(&topics)
-        .bind(&partitions)
-        .bind(&offsets)
-        .fetch_all(conn)
-        .await
-}
-
-static MARK_DELETE: LazyLock<String> =
-    LazyLock::new(|| mark("delete from outbox o where o.id = any($1)"));
-static MARK_RETAIN: LazyLock<String> = LazyLock::new(|| {
-    // A row published again (a session that ended before its mark) is
-    // found, and its second delivery logged.
-    mark("update outbox o set published_at = coalesce(o.published_at, now()) where o.id = any($1)")
-});
-
-/// `change` (a delete or an update of the published rows) and the append
-/// of their deliveries: a data-modifying CTE, so one round trip.
-fn mark(change: &str) -> String {
-    format!(
-        "with published as (
-             {change}
-             returning o.id, o.aggregatetype, o.aggregateid, o.type, o.created_at),
-         logged as (
-             insert into outbox_delivery
-                 (id, aggregatetype, aggregateid, type, written_at, topic, partition, \"offset\")
-             select p.id, p.aggregatetype, p.aggregateid, p.type, p.created_at,
-                    d.topic, d.partition, d.offset
-             from published p
-             join unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[])
-                 as d (id, topic, partition, \"offset\") using (id))
-         select id from published"
-    )
+    }
 }
 
 /// Counts one failed attempt caused by each row itself, records its error,
@@ -458,7 +472,7 @@ pub async fn record_poison(
 ) -> Result<Vec<Uuid>, sqlx::Error> {
     let (ids, errors): (Vec<Uuid>, Vec<&str>) =
         failures.iter().map(|(id, e)| (*id, e.as_str())).unzip();
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update outbox o
          set attempts = o.attempts + 1,
              last_error = f.error,
@@ -466,10 +480,10 @@ pub async fn record_poison(
          from unnest($1::uuid[], $2::text[]) as f (id, error)
          where o.id = f.id
          returning case when o.parked_at is not null then o.id end",
+        &ids,
+        &errors as &[&str],
+        max_attempts,
     )
-    .bind(&ids)
-    .bind(&errors)
-    .bind(max_attempts)
     .fetch_all(conn)
     .await
     .map(|parked: Vec<Option<Uuid>>| parked.into_iter().flatten().collect())
@@ -485,23 +499,23 @@ pub async fn park_from_wal(
     row: &OutboxRow,
     error: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
                              tracingspancontext, attempts, last_error, parked_at,
                              deferrals, next_attempt_at)
-         values ($1, $2, $3, $4, $5::jsonb, $6, $7, 1, $8, now(), 1, now())
+         values ($1, $2, $3, $4, $5::text::jsonb, $6, $7, 1, $8, now(), 1, now())
          on conflict (id) do update
          set attempts = outbox.attempts + 1, last_error = excluded.last_error, parked_at = now(),
              deferrals = greatest(outbox.deferrals, 1), next_attempt_at = now()",
+        row.id,
+        row.aggregatetype,
+        row.aggregateid,
+        row.event_type,
+        row.payload,
+        row.traceparent,
+        row.tracingspancontext,
+        error,
     )
-    .bind(row.id)
-    .bind(&row.aggregatetype)
-    .bind(&row.aggregateid)
-    .bind(&row.event_type)
-    .bind(&row.payload)
-    .bind(&row.traceparent)
-    .bind(&row.tracingspancontext)
-    .bind(error)
     .execute(conn)
     .await
     .map(drop)
@@ -517,8 +531,8 @@ pub async fn record_transient(
 ) -> Result<(), sqlx::Error> {
     let (ids, errors): (Vec<Uuid>, Vec<&str>) =
         failures.iter().map(|(id, e)| (*id, e.as_str())).unzip();
-    let max_wait = time::Duration::try_from(max_wait).unwrap_or(time::Duration::MAX);
-    sqlx::query(
+    let max_wait = interval(max_wait);
+    sqlx::query!(
         "update outbox o
          set last_error = f.error,
              deferrals = o.deferrals + 1,
@@ -526,10 +540,10 @@ pub async fn record_transient(
                  + least($3::interval, interval '100 milliseconds' * power(2, least(o.deferrals, 20)))
          from unnest($1::uuid[], $2::text[]) as f (id, error)
          where o.id = f.id",
+        &ids,
+        &errors as &[&str],
+        max_wait as time::Duration,
     )
-    .bind(&ids)
-    .bind(&errors)
-    .bind(max_wait)
     .execute(conn)
     .await?;
     Ok(())
@@ -543,13 +557,16 @@ pub async fn purge_deliveries(
     older_than: Duration,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
-    purge(
-        pool,
-        "delete from outbox_delivery where ctid = any(array(
-             select ctid from outbox_delivery where published_at < now() - $1 limit $2))",
-        older_than,
-        batch,
-    )
+    let older_than = interval(older_than);
+    in_batches(batch, || {
+        sqlx::query!(
+            "delete from outbox_delivery where ctid = any(array(
+                 select ctid from outbox_delivery where published_at < now() - $1::interval limit $2))",
+            older_than as time::Duration,
+            batch,
+        )
+        .execute(pool)
+    })
     .await
 }
 
@@ -560,33 +577,33 @@ pub async fn purge_published(
     older_than: Duration,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
-    purge(
-        pool,
-        "delete from outbox where id in (
-             select id from outbox
-             where published_at < now() - $1
-             limit $2)",
-        older_than,
-        batch,
-    )
+    let older_than = interval(older_than);
+    in_batches(batch, || {
+        sqlx::query!(
+            "delete from outbox where id in (
+                 select id from outbox
+                 where published_at < now() - $1::interval
+                 limit $2)",
+            older_than as time::Duration,
+            batch,
+        )
+        .execute(pool)
+    })
     .await
 }
 
-async fn purge(
-    pool: &PgPool,
-    statement: &str,
-    older_than: Duration,
-    batch: i64,
-) -> Result<u64, sqlx::Error> {
-    let older_than = time::Duration::try_from(older_than).unwrap_or(time::Duration::MAX);
+fn interval(duration: Duration) -> time::Duration {
+    time::Duration::try_from(duration).unwrap_or(time::Duration::MAX)
+}
+
+/// Runs `delete` until it deletes fewer than `batch` rows; returns the total.
+async fn in_batches<F>(batch: i64, mut delete: impl FnMut() -> F) -> Result<u64, sqlx::Error>
+where
+    F: Future<Output = Result<sqlx::postgres::PgQueryResult, sqlx::Error>>,
+{
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(statement)
-            .bind(older_than)
-            .bind(batch)
-            .execute(pool)
-            .await?
-            .rows_affected();
+        let deleted = delete().await?.rows_affected();
         total += deleted;
         if deleted < u64::try_from(batch).unwrap_or(0) {
             return Ok(total);

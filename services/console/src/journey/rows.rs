@@ -25,27 +25,23 @@ pub(super) async fn key_of_message(
     }
     // The services' own tables: the console knows them as their pages do
     // (docs/order-service.md, docs/inventory-service.md).
-    let lookups = [
-        (
-            Db::Orders,
-            "select order_id::text from order_status_history where message_id = $1 limit 1",
-        ),
-        (
-            Db::Inventory,
-            "select order_id::text from reservations
-             where message_id = $1 or cancel_message_id = $1 limit 1",
-        ),
-    ];
-    for (db, lookup) in lookups {
-        let found: Option<String> = sqlx::query_scalar(lookup)
-            .bind(id)
-            .fetch_optional(sources.db(db))
-            .await?;
-        if found.is_some() {
-            return Ok(found);
-        }
+    let in_orders = sqlx::query_scalar!(
+        r#"select order_id::text as "order_id!" from order_status_history
+           where message_id = $1 limit 1"#,
+        id,
+    )
+    .fetch_optional(sources.db(Db::Orders))
+    .await?;
+    if in_orders.is_some() {
+        return Ok(in_orders);
     }
-    Ok(None)
+    sqlx::query_scalar!(
+        r#"select order_id::text as "order_id!" from reservations
+           where message_id = $1 or cancel_message_id = $1 limit 1"#,
+        id,
+    )
+    .fetch_optional(sources.db(Db::Inventory))
+    .await
 }
 
 fn order_id(key: &str) -> Option<Uuid> {
@@ -59,20 +55,13 @@ pub(super) async fn order_now(
     let Some(id) = order_id(key) else {
         return Ok(None);
     };
-    let row: Option<(String, Option<String>, String, OffsetDateTime)> = sqlx::query_as(
+    sqlx::query_as!(
+        OrderNow,
         "select status, status_reason, customer_id, created_at from orders where id = $1",
+        id,
     )
-    .bind(id)
     .fetch_optional(sources.db(Db::Orders))
-    .await?;
-    Ok(row.map(
-        |(status, status_reason, customer_id, created_at)| OrderNow {
-            status,
-            status_reason,
-            customer_id,
-            created_at,
-        },
-    ))
+    .await
 }
 
 /// The order's status changes (its first is its creation).
@@ -80,24 +69,24 @@ pub(super) async fn order_steps(sources: &Sources, key: &str) -> Result<Vec<Step
     let Some(id) = order_id(key) else {
         return Ok(Vec::new());
     };
-    let rows: Vec<(String, Option<String>, Option<Uuid>, OffsetDateTime)> = sqlx::query_as(
+    let rows = sqlx::query!(
         "select status, reason, message_id, changed_at from order_status_history
          where order_id = $1 order by position",
+        id,
     )
-    .bind(id)
     .fetch_all(sources.db(Db::Orders))
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(status, reason, message_id, at)| {
+        .map(|row| {
             Step::new(
-                Some(at),
+                Some(row.changed_at),
                 "orders.order_status_history",
-                format!("order {status}"),
+                format!("order {}", row.status),
             )
-            .message(message_id, None)
-            .with("status", &status)
-            .with_some("reason", reason)
+            .message(row.message_id, None)
+            .with("status", &row.status)
+            .with_some("reason", row.reason)
         })
         .collect())
 }
@@ -227,16 +216,6 @@ pub(super) async fn processed_steps(
         .collect())
 }
 
-type ReservationRow = (
-    String,
-    Option<String>,
-    Uuid,
-    OffsetDateTime,
-    Option<OffsetDateTime>,
-    Option<Uuid>,
-    Option<String>,
-);
-
 /// The inventory's effect: the reservation, and its release or cancellation.
 pub(super) async fn reservation_steps(
     sources: &Sources,
@@ -245,20 +224,27 @@ pub(super) async fn reservation_steps(
     let Some(id) = order_id(key) else {
         return Ok(Vec::new());
     };
-    let row: Option<ReservationRow> = sqlx::query_as(
+    let row = sqlx::query!(
         "select r.status, r.reason, r.message_id, r.created_at, r.cancelled_at, r.cancel_message_id,
                 (select string_agg(i.sku || ' x' || i.quantity, ', ' order by i.line)
-                   from reservation_items i where i.order_id = r.order_id)
+                   from reservation_items i where i.order_id = r.order_id) as items
          from reservations r where r.order_id = $1",
+        id,
     )
-    .bind(id)
     .fetch_optional(sources.db(Db::Inventory))
     .await?;
-    let Some((status, reason, message_id, created_at, cancelled_at, cancel_message_id, items)) =
-        row
-    else {
+    let Some(row) = row else {
         return Ok(Vec::new());
     };
+    let (status, reason, message_id, created_at, cancelled_at, cancel_message_id, items) = (
+        row.status,
+        row.reason,
+        row.message_id,
+        row.created_at,
+        row.cancelled_at,
+        row.cancel_message_id,
+        row.items,
+    );
     let mut steps = Vec::new();
     // A cancellation that arrived first leaves a CANCELLED row with no
     // reservation behind it.

@@ -135,8 +135,8 @@ pub async fn transition(
     tx: &mut PgConnection,
     change: &Change<'_>,
 ) -> Result<Transition, sqlx::Error> {
-    let changed: bool = sqlx::query_scalar(
-        "with changed as (
+    let changed = sqlx::query_scalar!(
+        r#"with changed as (
              update orders set status = $2, status_reason = $3
              where id = $1 and status = any($4)
              returning id
@@ -145,20 +145,18 @@ pub async fn transition(
              select id, $2, $3, $5 from changed
              returning order_id
          )
-         select exists (select 1 from recorded)",
-    )
-    .bind(change.order_id)
-    .bind(change.to)
-    .bind(change.reason)
-    .bind(
-        change
+         select exists (select 1 from recorded) as "changed!""#,
+        change.order_id,
+        change.to as OrderStatus,
+        change.reason,
+        &change
             .to
             .comes_from()
             .into_iter()
             .map(OrderStatus::as_str)
-            .collect::<Vec<_>>(),
+            .collect::<Vec<_>>() as &[&str],
+        change.message_id,
     )
-    .bind(change.message_id)
     .fetch_one(&mut *tx)
     .await?;
     if changed {
@@ -168,11 +166,12 @@ pub async fn transition(
     // change of the row and then found it no longer matching, while a
     // read in the same statement still sees the snapshot from before that
     // wait (READ COMMITTED): it would report the status that was replaced.
-    let current: Option<OrderStatus> =
-        sqlx::query_scalar("select status from orders where id = $1")
-            .bind(change.order_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let current: Option<OrderStatus> = sqlx::query_scalar!(
+        r#"select status as "status: OrderStatus" from orders where id = $1"#,
+        change.order_id,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     Ok(match current {
         Some(current) => Transition::NotAllowed { current },
         None => Transition::UnknownOrder,

@@ -48,32 +48,35 @@ pub enum SlotError {
 /// Checks the server, then creates the publication and the slot if they are
 /// missing. Idempotent, and safe when two relays start at once.
 pub async fn prepare(pool: &PgPool, slot: &str, publication: &str) -> Result<(), SlotError> {
-    let wal_level: String = sqlx::query_scalar("select current_setting('wal_level')")
+    let wal_level = sqlx::query_scalar!(r#"select current_setting('wal_level') as "wal_level!""#)
         .fetch_one(pool)
         .await?;
     if wal_level != "logical" {
         return Err(SlotError::WalLevel(wal_level));
     }
-    let (role, may_replicate): (String, bool) = sqlx::query_as(
-        "select rolname::text, rolreplication or rolsuper from pg_roles where rolname = current_user",
+    let role = sqlx::query!(
+        r#"select rolname::text as "name!", rolreplication or rolsuper as "may_replicate!"
+           from pg_roles where rolname = current_user"#,
     )
     .fetch_one(pool)
     .await?;
-    if !may_replicate {
-        return Err(SlotError::NotReplication(role));
+    if !role.may_replicate {
+        return Err(SlotError::NotReplication(role.name));
     }
     prepare_publication(pool, publication).await?;
     prepare_slot(pool, slot).await
 }
 
 async fn prepare_publication(pool: &PgPool, publication: &str) -> Result<(), SlotError> {
-    let exists: bool =
-        sqlx::query_scalar("select exists (select 1 from pg_publication where pubname = $1)")
-            .bind(publication)
-            .fetch_one(pool)
-            .await?;
+    let exists = sqlx::query_scalar!(
+        r#"select exists (select 1 from pg_publication where pubname = $1) as "exists!""#,
+        publication,
+    )
+    .fetch_one(pool)
+    .await?;
     if !exists {
-        // The name is checked at start-up (config.rs): letters, digits, _.
+        // Dynamic: an identifier cannot be a bind parameter. The name is
+        // checked at start-up (config.rs): letters, digits, _.
         let created = sqlx::query(&format!(
             "create publication {publication} for table outbox with (publish = 'insert')"
         ))
@@ -86,14 +89,14 @@ async fn prepare_publication(pool: &PgPool, publication: &str) -> Result<(), Slo
             Err(error) => return Err(error.into()),
         }
     }
-    let publishes_outbox: bool = sqlx::query_scalar(
-        "select exists (
+    let publishes_outbox = sqlx::query_scalar!(
+        r#"select exists (
              select 1 from pg_publication p
              join pg_publication_tables t on t.pubname = p.pubname
              where p.pubname = $1 and p.pubinsert
-               and t.schemaname = current_schema() and t.tablename = 'outbox')",
+               and t.schemaname = current_schema() and t.tablename = 'outbox') as "publishes!""#,
+        publication,
     )
-    .bind(publication)
     .fetch_one(pool)
     .await?;
     if !publishes_outbox {
@@ -103,12 +106,12 @@ async fn prepare_publication(pool: &PgPool, publication: &str) -> Result<(), Slo
     }
     // Another table's inserts would come down the stream beside the
     // outbox's, for the relay to skip: WAL decoded and sent for nothing.
-    let others: Vec<String> = sqlx::query_scalar(
-        "select format('%I.%I', schemaname, tablename) from pg_publication_tables
-         where pubname = $1 and not (schemaname = current_schema() and tablename = 'outbox')
-         order by 1 limit 6",
+    let others = sqlx::query_scalar!(
+        r#"select format('%I.%I', schemaname, tablename) as "table!" from pg_publication_tables
+           where pubname = $1 and not (schemaname = current_schema() and tablename = 'outbox')
+           order by 1 limit 6"#,
+        publication,
     )
-    .bind(publication)
     .fetch_all(pool)
     .await?;
     if !others.is_empty() {
@@ -124,7 +127,6 @@ async fn prepare_publication(pool: &PgPool, publication: &str) -> Result<(), Slo
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
 struct ExistingSlot {
     plugin: Option<String>,
     database: Option<String>,
@@ -138,11 +140,13 @@ async fn prepare_slot(pool: &PgPool, slot: &str) -> Result<(), SlotError> {
         problem,
     };
     for _ in 0..2 {
-        let found: Option<ExistingSlot> = sqlx::query_as(
-            "select plugin::text, database::text, database = current_database() as ours, wal_status
-             from pg_replication_slots where slot_name = $1",
+        let found = sqlx::query_as!(
+            ExistingSlot,
+            r#"select plugin::text, database::text, database = current_database() as "ours!",
+                      wal_status
+               from pg_replication_slots where slot_name = $1"#,
+            slot,
         )
-        .bind(slot)
         .fetch_optional(pool)
         .await?;
         match found.map(|s| (s.plugin, s.database, s.ours, s.wal_status)) {
@@ -197,21 +201,24 @@ async fn create_slot(pool: &PgPool, slot: &str) -> Result<u64, sqlx::Error> {
     let mut conn = pool.acquire().await?;
     let temporary = format!("entrega_new_{}", uuid::Uuid::new_v4().simple());
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput', true)")
-        .bind(&temporary)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "select slot_name::text from pg_create_logical_replication_slot($1, 'pgoutput', true)",
+        temporary,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     let handed_over = store::step_aside_pending(&mut tx).await?;
     tx.commit().await?;
-    let copied = sqlx::query("select pg_copy_logical_replication_slot($1, $2, false)")
-        .bind(&temporary)
-        .bind(slot)
-        .execute(&mut *conn)
-        .await;
+    let copied = sqlx::query!(
+        "select slot_name::text from pg_copy_logical_replication_slot($1, $2, false)",
+        temporary,
+        slot,
+    )
+    .fetch_one(&mut *conn)
+    .await;
     // The pooled session lives on: drop the temporary slot now.
-    let dropped = sqlx::query("select pg_drop_replication_slot($1)")
-        .bind(&temporary)
-        .execute(&mut *conn)
+    let dropped = sqlx::query!("select pg_drop_replication_slot($1)", temporary)
+        .fetch_one(&mut *conn)
         .await;
     copied?;
     dropped?;
@@ -228,15 +235,15 @@ pub async fn end_stream(
     // the planner may evaluate a where clause's conditions in any order, and
     // so end every slot's walsender on the server, other relays' included
     // (seen: a neighbour's slot creation cut off).
-    let ended: Option<(i32, bool)> = sqlx::query_as(
-        "select active_pid, pg_terminate_backend(active_pid, 2000)
-         from pg_replication_slots
-         where slot_name = $1 and active_pid is not null",
+    let ended = sqlx::query!(
+        r#"select active_pid as "pid!", pg_terminate_backend(active_pid, 2000) as "terminated!"
+           from pg_replication_slots
+           where slot_name = $1 and active_pid is not null"#,
+        slot,
     )
-    .bind(slot)
     .fetch_optional(conn)
     .await?;
-    Ok(ended.and_then(|(pid, terminated)| terminated.then_some(pid)))
+    Ok(ended.and_then(|row| row.terminated.then_some(row.pid)))
 }
 
 fn sqlstate(error: &sqlx::Error) -> Option<String> {
@@ -259,13 +266,14 @@ pub struct SlotHealth {
 
 /// The slot's state now; `None` if it does not exist.
 pub async fn health(pool: &PgPool, slot: &str) -> Result<Option<SlotHealth>, sqlx::Error> {
-    let row: Option<SlotRow> = sqlx::query_as(
+    let row = sqlx::query_as!(
+        SlotRow,
         "select (pg_current_wal_lsn() - restart_lsn)::bigint as retained,
                 (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint as lag,
                 safe_wal_size, wal_status, confirmed_flush_lsn::text as confirmed
          from pg_replication_slots where slot_name = $1",
+        slot,
     )
-    .bind(slot)
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|row| SlotHealth {
@@ -277,7 +285,6 @@ pub async fn health(pool: &PgPool, slot: &str) -> Result<Option<SlotHealth>, sql
     }))
 }
 
-#[derive(sqlx::FromRow)]
 struct SlotRow {
     retained: Option<i64>,
     lag: Option<i64>,
@@ -293,14 +300,16 @@ struct SlotRow {
 /// (duplicates, never loss).
 pub async fn confirm_released(pool: &PgPool, slot: &str, position: Lsn) {
     for _ in 0..20 {
-        let advanced = sqlx::query(
-            "select pg_replication_slot_advance(slot_name, $2::text::pg_lsn)
+        let advanced = sqlx::query!(
+            // The function's record is (slot_name, end_lsn): one column
+            // taken, so it runs once per row.
+            "select (pg_replication_slot_advance(slot_name, $2::text::pg_lsn)).end_lsn::text
              from pg_replication_slots
              where slot_name = $1 and confirmed_flush_lsn < $2::text::pg_lsn",
+            slot,
+            position.to_string(),
         )
-        .bind(slot)
-        .bind(position.to_string())
-        .execute(pool)
+        .fetch_optional(pool)
         .await;
         match advanced {
             Ok(_) => return,
