@@ -5,11 +5,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use idempotent_consumer::{ConsumerOptions, Database, Health, ServeError};
+use service_support::retry;
 use service_support::serving::{self, BindError};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::http::{self, AppState};
@@ -136,6 +138,7 @@ impl Application {
         let purge = tokio::spawn(purge_idempotency_keys(
             self.pool.clone(),
             self.idempotency_key_ttl,
+            token.clone(),
         ));
         tracing::info!(addr = %self.local_addr(), "order service listening");
         let http_token = token.clone();
@@ -159,7 +162,9 @@ impl Application {
         let served = http
             .await
             .unwrap_or_else(|join| Err(std::io::Error::other(join)));
-        purge.abort();
+        // Ends at its next tick; a batch in flight finishes first.
+        token.cancel();
+        let _ = purge.await;
         self.pool.close().await;
         tracing::info!("order service stopped");
         consumed?;
@@ -167,13 +172,12 @@ impl Application {
     }
 }
 
-async fn purge_idempotency_keys(pool: PgPool, ttl: Duration) {
+async fn purge_idempotency_keys(pool: PgPool, ttl: Duration, token: CancellationToken) {
     let Ok(ttl) = time::Duration::try_from(ttl) else {
         return;
     };
     let mut interval = tokio::time::interval(PURGE_INTERVAL);
-    loop {
-        interval.tick().await;
+    while retry::tick(&mut interval, &token).await {
         match idempotency::purge_expired(&pool, ttl, PURGE_BATCH).await {
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "purged expired idempotency keys"),
