@@ -165,7 +165,7 @@ fn hours(duration: Duration) -> String {
 /// how many went. Another consumer's rows in the same table follow the
 /// window of its own topic, so they are left alone.
 pub async fn purge(pool: &PgPool, consumer: &str, keep: Duration) -> Result<u64, RetentionError> {
-    let keep = time::Duration::try_from(keep).unwrap_or(time::Duration::MAX);
+    let keep = service_support::timestamps::interval(keep);
     let mut total = 0;
     loop {
         let deleted = sqlx::query!(

@@ -123,7 +123,7 @@ impl Election {
     /// `pg_read_all_stats` and `pg_signal_backend`): without it the holder's
     /// `state_change` reads as NULL and nobody is deposed (logged).
     async fn depose_stale_leader(&self, conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-        let lease = time::Duration::try_from(self.lease).unwrap_or(time::Duration::MAX);
+        let lease = service_support::timestamps::interval(self.lease);
         // A bigint advisory key shows in pg_locks as classid (high 32 bits),
         // objid (low 32 bits), objsubid 1.
         let holder = sqlx::query!(

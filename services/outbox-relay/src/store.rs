@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use service_support::timestamps::interval;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -590,10 +591,6 @@ pub async fn purge_published(
         .execute(pool)
     })
     .await
-}
-
-fn interval(duration: Duration) -> time::Duration {
-    time::Duration::try_from(duration).unwrap_or(time::Duration::MAX)
 }
 
 /// Runs `delete` until it deletes fewer than `batch` rows; returns the total.
