@@ -25,6 +25,12 @@ pub enum ApiError {
         parameter: &'static str,
         reason: String,
     },
+    /// 401: the request needs credentials it does not carry.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403: the credentials do not allow the request.
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: the resource does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -109,6 +115,12 @@ impl IntoResponse for ApiError {
                 "/problems/invalid-path",
                 "Invalid path parameter",
             ),
+            Unauthorized(_) => (
+                StatusCode::UNAUTHORIZED,
+                "/problems/unauthorized",
+                "Authentication required",
+            ),
+            Forbidden(_) => (StatusCode::FORBIDDEN, "/problems/forbidden", "Forbidden"),
             NotFound(_) => (StatusCode::NOT_FOUND, "/problems/not-found", "Not found"),
             Validation(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -149,11 +161,19 @@ impl IntoResponse for ApiError {
             }
             _ => self.to_string(),
         };
+        let challenge = matches!(self, Unauthorized(_));
         let errors = match self {
             Validation(errors) => errors,
             _ => Vec::new(),
         };
-        problem_response(status, problem_type, title, detail, errors)
+        let mut response = problem_response(status, problem_type, title, detail, errors);
+        if challenge {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }
 

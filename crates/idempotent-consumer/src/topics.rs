@@ -3,14 +3,26 @@
 //! partition number). What the broker is asked is `service_support::topics`'.
 
 use rdkafka::ClientConfig;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use service_support::topics::{Diagnosed, pump_errors};
 pub use service_support::topics::{TopicError, partition_count, retention};
 
-/// Checks the source topic and its DLT (blocking: call off the runtime).
+/// Checks the source topic and its DLT (blocking: call off the runtime). A
+/// broker that refuses the client (TLS, SASL) is a `Refused` error, not one
+/// to retry.
 pub fn check(config: &ClientConfig, topic: &str, dlt: &str) -> Result<(usize, usize), TopicError> {
-    let consumer: BaseConsumer = config.create().map_err(TopicError::Client)?;
-    let source_partitions = partition_count(&consumer, topic)?;
-    let dlt_partitions = partition_count(&consumer, dlt)?;
+    let consumer: BaseConsumer<Diagnosed> = config
+        .create_with_context(Diagnosed::default())
+        .map_err(TopicError::Client)?;
+    let diagnose = |error| match error {
+        TopicError::Unreachable(error) => {
+            pump_errors(&consumer);
+            consumer.client().context().classify(error)
+        }
+        other => other,
+    };
+    let source_partitions = partition_count(&consumer, topic).map_err(diagnose)?;
+    let dlt_partitions = partition_count(&consumer, dlt).map_err(diagnose)?;
     if dlt_partitions < source_partitions {
         return Err(TopicError::DltTooSmall {
             dlt: dlt.to_owned(),

@@ -1,8 +1,11 @@
 //! Configuration value types that every service parses the same way.
 
+use std::path::Path;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
+
+use crate::secret::{Secret, SecretError, read_secret_file};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,12 +23,51 @@ pub struct DatabaseUrl {
     /// Kept for clients other than sqlx (the relay's replication
     /// connection): `PgConnectOptions` does not give it back.
     password: Option<String>,
+    /// The URL's `sslrootcert`, for the same clients, for the same reason.
+    ssl_root_cert: Option<std::path::PathBuf>,
 }
 
 impl DatabaseUrl {
     /// The password the URL carries, percent-decoded.
     pub fn password(&self) -> Option<&str> {
         self.password.as_deref()
+    }
+
+    /// The CA file the URL names (`sslrootcert`), if any.
+    pub fn ssl_root_cert(&self) -> Option<&Path> {
+        self.ssl_root_cert.as_deref()
+    }
+
+    /// The URL with the password held in `file` (named by `variable`), when
+    /// one is given: the URL may then be configuration, and only the file a
+    /// secret. A URL that carries a password of its own is refused with a
+    /// file, as which one wins would be a guess.
+    pub fn with_password_file(
+        self,
+        variable: &'static str,
+        file: Option<&Path>,
+    ) -> Result<Self, SecretError> {
+        let Some(path) = file else {
+            return Ok(self);
+        };
+        if self.password.is_some() {
+            return Err(SecretError::Both {
+                value_variable: "the database URL's password",
+                file_variable: variable,
+            });
+        }
+        Ok(self.with_password(&read_secret_file(variable, path)?))
+    }
+
+    fn with_password(mut self, secret: &Secret) -> Self {
+        self.options = self.options.password(secret.expose());
+        self.password = Some(secret.expose().to_owned());
+        if let Ok(mut shown) = url::Url::parse(&self.redacted) {
+            if shown.set_password(Some("***")).is_ok() {
+                self.redacted = shown.to_string();
+            }
+        }
+        self
     }
 }
 
@@ -56,6 +98,10 @@ pub fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
         .parse()
         .map_err(|error| format!("not a PostgreSQL URL ({error}); {EXPECTED}"))?;
     let password = shown.password().map(percent_decode).transpose()?;
+    let ssl_root_cert = shown
+        .query_pairs()
+        .find(|(key, _)| key == "sslrootcert" || key == "ssl-root-cert")
+        .map(|(_, path)| std::path::PathBuf::from(path.into_owned()));
     if shown.password().is_some() {
         // Fails only for URLs that cannot carry a password; this one does.
         let _ = shown.set_password(Some("***"));
@@ -64,6 +110,7 @@ pub fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
         options,
         redacted: shown.to_string(),
         password,
+        ssl_root_cert,
     })
 }
 
@@ -85,6 +132,42 @@ fn percent_decode(text: &str) -> Result<String, String> {
         }
     }
     String::from_utf8(out).map_err(|_| "the password is not UTF-8 once %-decoded".to_owned())
+}
+
+/// A clap value parser for PostgreSQL URLs whose errors never quote the
+/// value: clap's own message for a failed parser would print the URL, and
+/// with it the password (`invalid value 'postgres://app:s3cret@…'`).
+#[cfg(feature = "cli")]
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseUrlParser;
+
+#[cfg(feature = "cli")]
+impl clap::builder::TypedValueParser for DatabaseUrlParser {
+    type Value = DatabaseUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<DatabaseUrl, clap::Error> {
+        let invalid = |reason: &str| {
+            let name = arg.map_or_else(|| "the database URL".to_owned(), |arg| format!("'{arg}'"));
+            let variable = arg
+                .and_then(clap::Arg::get_env)
+                .map(|variable| format!(" ({})", variable.to_string_lossy()))
+                .unwrap_or_default();
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "invalid value for {name}{variable}: {reason} (the value is not shown: it may carry a password)\n"
+                ),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| invalid("not UTF-8"))?;
+        parse_database_url(text).map_err(|reason| invalid(&reason))
+    }
 }
 
 /// A clap value parser for durations such as `10s`, `500ms`, `24h`; zero is refused.
@@ -112,6 +195,26 @@ mod tests {
         assert_eq!(url.to_string(), "postgres://app:***@db:5432/orders");
         let url = parse_database_url("postgres://postgres@127.0.0.1:5432/orders").unwrap();
         assert_eq!(url.to_string(), "postgres://postgres@127.0.0.1:5432/orders");
+    }
+
+    #[test]
+    fn a_password_file_fills_the_url_and_stays_hidden() {
+        let path = std::env::temp_dir().join(format!("db-password-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&path, "fr0m-file\n").unwrap();
+        let url = parse_database_url("postgres://app@db:5432/orders")
+            .unwrap()
+            .with_password_file("ORDER_DATABASE_PASSWORD_FILE", Some(&path))
+            .unwrap();
+        assert_eq!(url.password(), Some("fr0m-file"));
+        assert_eq!(url.to_string(), "postgres://app:***@db:5432/orders");
+        let both = parse_database_url("postgres://app:other@db/orders")
+            .unwrap()
+            .with_password_file("ORDER_DATABASE_PASSWORD_FILE", Some(&path))
+            .unwrap_err()
+            .to_string();
+        assert!(both.contains("ORDER_DATABASE_PASSWORD_FILE"), "{both}");
+        assert!(!both.contains("other"), "{both}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

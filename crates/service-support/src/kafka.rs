@@ -11,14 +11,20 @@
 //!   value, or the service does not start, naming the variable;
 //! - the properties the delivery guarantees depend on ([`PROTECTED`]) are the
 //!   services' own: a variable that would set one stops the service;
+//! - a secret ([`SECRETS`]: `sasl.password`…) may come from a file instead,
+//!   `KAFKA_SASL_PASSWORD_FILE=/run/secrets/kafka`, and its value is never
+//!   quoted in an error;
 //! - so are the properties a service derives from one of its own options
 //!   ([`Owned`]: the relay's `message.timeout.ms` is `--delivery-timeout`,
 //!   which its lease and send fence rest on): the error names the option.
 
 use std::ffi::OsString;
+use std::path::Path;
 
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
+
+use crate::secret::{SecretError, read_secret_file};
 
 /// The longest librdkafka reason quoted in an error, in characters.
 const MAX_REASON_CHARS: usize = 300;
@@ -47,7 +53,19 @@ pub const PROTECTED: &[&str] = &[
     "metadata.broker.list",
 ];
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// librdkafka properties that hold a secret: each may be read from the file
+/// a `KAFKA_<PROPERTY>_FILE` variable names, and none is ever quoted.
+pub const SECRETS: &[&str] = &[
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+];
+
+#[derive(Debug, thiserror::Error)]
 pub enum PassthroughError {
     #[error(
         "{variable} would set the librdkafka property {property}, which the delivery guarantees depend on: it cannot be overridden (unset {variable})"
@@ -70,6 +88,10 @@ pub enum PassthroughError {
         property: String,
         reason: String,
     },
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error("set {variable} or {variable}_FILE, not both")]
+    SecretTwice { variable: String },
 }
 
 /// librdkafka's aliases (its CONFIGURATION.md, "Alias for"): two names of
@@ -171,7 +193,19 @@ pub fn passthrough_from(
             passthrough.ignored.push(variable);
             continue;
         }
-        let property = suffix.to_ascii_lowercase().replace('_', ".");
+        let mut property = suffix.to_ascii_lowercase().replace('_', ".");
+        let mut value = value;
+        let from_file = property
+            .strip_suffix(".file")
+            .filter(|base| SECRETS.contains(base))
+            .map(str::to_owned);
+        if let Some(base) = from_file {
+            value = read_secret_file(&variable, Path::new(&value))?
+                .expose()
+                .to_owned();
+            property = base;
+        }
+        let secret = SECRETS.contains(&property.as_str());
         let names = [Some(property.as_str()), alias_of(&property)];
         if names.iter().flatten().any(|name| PROTECTED.contains(name)) {
             return Err(PassthroughError::Protected { variable, property });
@@ -196,6 +230,7 @@ pub fn passthrough_from(
             .create_native_config()
         {
             let reason = match error {
+                _ if secret => "librdkafka refused the value (not shown: a secret)".to_owned(),
                 KafkaError::ClientConfig(_, description, _, _) => description,
                 other => other.to_string(),
             };
@@ -210,6 +245,15 @@ pub fn passthrough_from(
                 property,
                 reason,
             });
+        }
+        if secret
+            && passthrough
+                .properties
+                .iter()
+                .any(|(set, _)| *set == property)
+        {
+            let variable = format!("KAFKA_{}", property.to_ascii_uppercase().replace('.', "_"));
+            return Err(PassthroughError::SecretTwice { variable });
         }
         passthrough.properties.push((property, value));
     }
@@ -328,7 +372,7 @@ mod tests {
         let junk = OsString::from_vec(vec![0xff, 0xfe]);
         let refused =
             passthrough_from([(OsString::from("KAFKA_CLIENT_ID"), junk.clone())], &[]).unwrap_err();
-        assert_eq!(refused, PassthroughError::NotUtf8);
+        assert!(matches!(refused, PassthroughError::NotUtf8));
         let ignored = passthrough_from(
             [
                 (OsString::from("LANG"), junk.clone()),
@@ -401,15 +445,76 @@ mod tests {
             ("KAFKA_ISOLATION_LEVEL", "isolation.level"),
         ] {
             let refused = passthrough_from(vars(&[(variable, "1")]), &[]).unwrap_err();
-            assert_eq!(
-                refused,
-                PassthroughError::Protected {
-                    variable: variable.to_owned(),
-                    property: property.to_owned()
-                }
+            assert!(
+                matches!(&refused, PassthroughError::Protected { variable: v, property: p }
+                    if v == variable && p == property),
+                "{refused:?}"
             );
             assert!(refused.to_string().contains(&format!("unset {variable}")));
         }
+    }
+
+    #[test]
+    fn a_secret_comes_from_its_file_and_is_never_quoted() {
+        let path = std::env::temp_dir().join(format!("kafka-secret-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&path, "sc4am-pass\n").unwrap();
+        let file = path.to_str().unwrap();
+        let passthrough = passthrough_from(
+            vars(&[
+                ("KAFKA_SASL_PASSWORD_FILE", file),
+                ("KAFKA_SASL_USERNAME", "entrega"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            passthrough.properties,
+            strings(&[
+                ("sasl.password", "sc4am-pass"),
+                ("sasl.username", "entrega")
+            ])
+        );
+        let twice = passthrough_from(
+            vars(&[
+                ("KAFKA_SASL_PASSWORD_FILE", file),
+                ("KAFKA_SASL_PASSWORD", "other"),
+            ]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            twice,
+            "set KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, not both"
+        );
+        let missing =
+            passthrough_from(vars(&[("KAFKA_SASL_PASSWORD_FILE", "/nonexistent/k")]), &[])
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            missing,
+            "KAFKA_SASL_PASSWORD_FILE: cannot read /nonexistent/k"
+        );
+        // A property whose own name ends in .file is a property, not a secret's file.
+        // (This build of librdkafka has no libcurl, so it refuses the
+        // property itself; either way it was not read as a file.)
+        match passthrough_from(
+            vars(&[(
+                "KAFKA_SASL_OAUTHBEARER_ASSERTION_FILE",
+                "/etc/assertion.jwt",
+            )]),
+            &[],
+        ) {
+            Ok(assertion) => assert_eq!(
+                assertion.properties,
+                strings(&[("sasl.oauthbearer.assertion.file", "/etc/assertion.jwt")])
+            ),
+            Err(PassthroughError::Invalid { property, .. }) => {
+                assert_eq!(property, "sasl.oauthbearer.assertion.file");
+            }
+            Err(other) => panic!("{other}"),
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod kafka; // librdkafka settings from the environment
 pub mod metrics; // the process-wide Prometheus recorder
 pub mod producer; // a shared Kafka producer rebuilt with a fresh producer id when it fails
 pub mod retry; // the one retry and backoff helper
+pub mod secret; // passwords and tokens from a variable or a file, never printed
 pub mod serving; // the listener and the root cancellation token
 pub mod shutdown; // SIGTERM / SIGINT
 pub mod sku; // Sku: the one stock-keeping unit code every service accepts

@@ -6,7 +6,10 @@
 //! then no OpenTelemetry layer is installed and spans cost what they cost
 //! before. The SDK reads the other standard variables itself:
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`
-//! (+ `_ARG`), `OTEL_BSP_*`, `OTEL_EXPORTER_OTLP_HEADERS`, `_TIMEOUT`.
+//! (+ `_ARG`), `OTEL_BSP_*`, `OTEL_EXPORTER_OTLP_HEADERS`. An `https://`
+//! endpoint is verified against the system's roots and, when
+//! `OTEL_EXPORTER_OTLP_CERTIFICATE` (or `…_TRACES_CERTIFICATE`) names a PEM
+//! file, its CA too; `OTEL_EXPORTER_OTLP_TIMEOUT` (ms) bounds each export.
 //!
 //! Trace context crosses processes as W3C Trace Context only (`traceparent`,
 //! `tracestate`), whatever `OTEL_PROPAGATORS` says: it is stored on outbox
@@ -15,7 +18,7 @@
 mod context;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{SpanExporter, WithExportConfig as _};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -40,6 +43,29 @@ pub enum TelemetryError {
     Protocol(String),
     #[error("cannot build the OTLP span exporter")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("{variable}: cannot read the CA certificate {path}")]
+    Certificate {
+        variable: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{variable}: {path} holds no PEM certificate reqwest accepts")]
+    CertificatePem {
+        variable: &'static str,
+        path: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{variable}={value:?} is not a number of milliseconds")]
+    Timeout {
+        variable: &'static str,
+        value: String,
+    },
+    #[error("cannot build the OTLP HTTP client")]
+    Client(#[source] reqwest::Error),
+    #[error("building the OTLP HTTP client panicked")]
+    ClientPanicked,
 }
 
 /// Exports what is still buffered when dropped (or at [`Telemetry::shutdown`]).
@@ -99,6 +125,7 @@ fn tracer_provider(service_name: &'static str) -> Result<SdkTracerProvider, Tele
     let exporter = SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_http_client(http_client()?)
         .build()?;
     let mut resource = Resource::builder();
     // The variables win over the binary's own name.
@@ -112,6 +139,56 @@ fn tracer_provider(service_name: &'static str) -> Result<SdkTracerProvider, Tele
         .with_batch_exporter(exporter)
         .with_resource(resource.build())
         .build())
+}
+
+/// The first of `names` that is set, with its name.
+fn first_variable(names: [&'static str; 2]) -> Option<(&'static str, String)> {
+    names
+        .into_iter()
+        .find_map(|name| variable(name).map(|value| (name, value)))
+}
+
+/// The client that sends spans, trusting the CA a certificate variable
+/// names besides the system's roots. Built on a thread of its own: a
+/// blocking reqwest client owns a runtime, which may not be made (or
+/// dropped) inside the service's.
+fn http_client() -> Result<reqwest::blocking::Client, TelemetryError> {
+    let timeout = match first_variable([
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]) {
+        Some((variable, value)) => value
+            .trim()
+            .parse()
+            .map(std::time::Duration::from_millis)
+            .map_err(|_| TelemetryError::Timeout { variable, value })?,
+        None => std::time::Duration::from_secs(10),
+    };
+    let mut builder = reqwest::blocking::Client::builder().timeout(timeout);
+    if let Some((variable, path)) = first_variable([
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    ]) {
+        let pem = std::fs::read(&path).map_err(|source| TelemetryError::Certificate {
+            variable,
+            path: path.clone(),
+            source,
+        })?;
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| {
+            TelemetryError::CertificatePem {
+                variable,
+                path,
+                source,
+            }
+        })?;
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    std::thread::spawn(move || builder.build())
+        .join()
+        .map_err(|_| TelemetryError::ClientPanicked)?
+        .map_err(TelemetryError::Client)
 }
 
 /// Installs the global subscriber: logs filtered by `RUST_LOG` (or

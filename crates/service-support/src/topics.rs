@@ -3,12 +3,15 @@
 //! `min.insync.replicas`). One error type for all of it: the consumer's
 //! start-up checks, the relay's, the tools' and the console's.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::{Client, ClientContext, DefaultClientContext};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,11 +52,122 @@ pub enum TopicError {
     },
     #[error("cannot read the configuration of topic {0}")]
     Config(String),
+    /// Not worth retrying: the broker answered, and refused this client.
+    #[error(
+        "the broker refused this client: {reason} (check KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_* and KAFKA_SSL_*)"
+    )]
+    Refused { reason: String },
 }
 
 impl TopicError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, TopicError::Unreachable(_))
+    }
+}
+
+/// A client context that remembers librdkafka's last connection failure,
+/// so that a start-up check that times out can say why. A TLS handshake
+/// that fails (an unknown CA, an expired or misnamed certificate), a SASL
+/// refusal, or a plaintext client at a TLS listener will not heal by
+/// retrying: librdkafka reconnects forever, and says what happened only in
+/// its log (synchronously, from its broker threads) and in error events (a
+/// consumer's, when polled).
+#[derive(Debug, Default)]
+pub struct Diagnosed {
+    /// The latest refusal seen; a client is made per check, so it is never
+    /// stale.
+    refusal: Mutex<Option<String>>,
+}
+
+impl Diagnosed {
+    fn remember(&self, reason: &str) {
+        // librdkafka follows a refusal with shorter lines of the same
+        // failure ("error:0A000086:SSL routines::…"): the first says most.
+        if is_refusal(reason)
+            && let Ok(mut refusal) = self.refusal.lock()
+            && refusal.is_none()
+        {
+            *refusal = Some(reason.to_owned());
+        }
+    }
+
+    /// `error`, a request that failed, as a refusal when librdkafka saw
+    /// one; otherwise the broker is taken to be unreachable (yet).
+    pub fn classify(&self, error: KafkaError) -> TopicError {
+        match self.refusal.lock().ok().and_then(|refusal| refusal.clone()) {
+            Some(reason) => TopicError::Refused { reason },
+            None => TopicError::Unreachable(error),
+        }
+    }
+}
+
+impl ClientContext for Diagnosed {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel::*;
+        // librdkafka says some refusals at info ("Disconnected while
+        // requesting ApiVersion: might be caused by incorrect
+        // security.protocol…").
+        self.remember(message);
+        match level {
+            Emerg | Alert | Critical | Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}");
+            }
+            Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            Notice | Info => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        self.remember(reason);
+    }
+}
+
+impl ConsumerContext for Diagnosed {}
+
+/// What librdkafka says when a broker turned the client away, as opposed
+/// to not answering: a refused TLS handshake, a refused SASL exchange, or
+/// its own diagnosis of a client speaking the wrong protocol ("…incorrect
+/// security.protocol configuration (connecting to a SSL listener?)").
+fn is_refusal(reason: &str) -> bool {
+    [
+        "SSL handshake failed",
+        "SASL authentication error",
+        "SASL handshake failed",
+        "security.protocol",
+    ]
+    .iter()
+    .any(|refusal| reason.contains(refusal))
+}
+
+/// Delivers what a consumer queued for its context: librdkafka's log
+/// lines and error events reach a `BaseConsumer`'s context only when it is
+/// polled (for half a second: they are already queued).
+pub fn pump_errors(consumer: &BaseConsumer<Diagnosed>) {
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    while std::time::Instant::now() < deadline {
+        if let Some(Err(error)) = consumer.poll(Duration::from_millis(50)) {
+            consumer.context().remember(&error.to_string());
+        }
+    }
+}
+
+/// Why a request failed with `error`: a metadata request by a client made
+/// for the purpose, whose context hears what librdkafka says (an admin
+/// client's does not: its log lines go to a queue nobody polls). Blocking,
+/// for up to the request timeout: call off the runtime.
+pub fn diagnose(config: &ClientConfig, error: KafkaError) -> TopicError {
+    let Ok(probe) = config.create_with_context::<_, BaseConsumer<Diagnosed>>(Diagnosed::default())
+    else {
+        return TopicError::Unreachable(error);
+    };
+    match probe.fetch_metadata(None, TIMEOUT) {
+        Ok(_) => TopicError::Unreachable(error),
+        Err(_) => {
+            pump_errors(&probe);
+            probe.context().classify(error)
+        }
     }
 }
 
@@ -90,14 +204,17 @@ pub fn describe<C: ClientContext>(
 }
 
 /// The number of partitions of `topic`.
-pub fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<usize, TopicError> {
+pub fn partition_count<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+) -> Result<usize, TopicError> {
     describe(consumer.client(), topic).map(|described| described.partitions)
 }
 
 /// The value of the topic setting `name`, as the broker reports it
 /// (`None`: not reported).
-pub async fn config_value(
-    admin: &AdminClient<DefaultClientContext>,
+pub async fn config_value<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
     topic: &str,
     name: &str,
 ) -> Result<Option<String>, TopicError> {
@@ -121,7 +238,18 @@ const KAFKA_DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3_600);
 /// broker that does not report it is taken to use Kafka's default, 7 days.
 pub async fn retention(config: &ClientConfig, topic: &str) -> Result<Option<Duration>, TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.create().map_err(TopicError::Client)?;
-    let Some(value) = config_value(&admin, topic, "retention.ms").await? else {
+    let value = match config_value(&admin, topic, "retention.ms").await {
+        Err(TopicError::Unreachable(error)) => {
+            let config = config.clone();
+            return Err(
+                tokio::task::spawn_blocking(move || diagnose(&config, error))
+                    .await
+                    .unwrap_or_else(|_| TopicError::Config(topic.to_owned())),
+            );
+        }
+        other => other?,
+    };
+    let Some(value) = value else {
         tracing::warn!(
             topic,
             "the broker does not report retention.ms; assuming Kafka's default of 7 days"

@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
 use consumer_tools::DltFilter;
-use service_support::config::{DatabaseUrl, LogFormat, parse_database_url};
+use service_support::config::{DatabaseUrl, DatabaseUrlParser, LogFormat};
 use service_support::consumers;
+use service_support::secret::SecretError;
 use url::Url;
 use uuid::Uuid;
 
@@ -27,26 +28,57 @@ pub struct SourceArgs {
     /// The orders database (orders, outbox, status consumer).
     #[arg(long, env = "ORDER_DATABASE_URL", global = true,
           default_value = "postgres://postgres@127.0.0.1:5432/orders",
-          value_parser = parse_database_url)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub orders_database_url: DatabaseUrl,
 
     /// The inventory database (reservations, its outbox, the reserving consumer).
     #[arg(long, env = "INVENTORY_DATABASE_URL", global = true,
           default_value = "postgres://postgres@127.0.0.1:5432/inventory",
-          value_parser = parse_database_url)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub inventory_database_url: DatabaseUrl,
 
     /// Where a redrive records itself in the orders database
     /// (`dlt_redrive`); a role that may insert there. Default: the
     /// inspection URL.
     #[arg(long, env = "CONSOLE_ORDERS_REDRIVE_DATABASE_URL", global = true,
-          value_parser = parse_database_url)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub orders_redrive_database_url: Option<DatabaseUrl>,
 
     /// The same for the inventory database.
     #[arg(long, env = "CONSOLE_INVENTORY_REDRIVE_DATABASE_URL", global = true,
-          value_parser = parse_database_url)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub inventory_redrive_database_url: Option<DatabaseUrl>,
+
+    /// Files holding the passwords of the four URLs above (container
+    /// secrets), for URLs without one.
+    #[arg(
+        long,
+        env = "ORDER_DATABASE_PASSWORD_FILE",
+        value_name = "PATH",
+        global = true
+    )]
+    pub orders_database_password_file: Option<std::path::PathBuf>,
+    #[arg(
+        long,
+        env = "INVENTORY_DATABASE_PASSWORD_FILE",
+        value_name = "PATH",
+        global = true
+    )]
+    pub inventory_database_password_file: Option<std::path::PathBuf>,
+    #[arg(
+        long,
+        env = "CONSOLE_ORDERS_REDRIVE_DATABASE_PASSWORD_FILE",
+        value_name = "PATH",
+        global = true
+    )]
+    pub orders_redrive_database_password_file: Option<std::path::PathBuf>,
+    #[arg(
+        long,
+        env = "CONSOLE_INVENTORY_REDRIVE_DATABASE_PASSWORD_FILE",
+        value_name = "PATH",
+        global = true
+    )]
+    pub inventory_redrive_database_password_file: Option<std::path::PathBuf>,
 
     /// The Kafka bootstrap servers; other `KAFKA_*` variables pass through
     /// to librdkafka, as for the services.
@@ -113,6 +145,37 @@ pub struct SourceArgs {
     /// Log format.
     #[arg(long, env = "CONSOLE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+}
+
+impl SourceArgs {
+    /// Reads the database password files that are named.
+    pub fn resolve_secrets(&mut self) -> Result<(), SecretError> {
+        self.orders_database_url = self.orders_database_url.clone().with_password_file(
+            "ORDER_DATABASE_PASSWORD_FILE",
+            self.orders_database_password_file.as_deref(),
+        )?;
+        self.inventory_database_url = self.inventory_database_url.clone().with_password_file(
+            "INVENTORY_DATABASE_PASSWORD_FILE",
+            self.inventory_database_password_file.as_deref(),
+        )?;
+        for (url, variable, file) in [
+            (
+                &mut self.orders_redrive_database_url,
+                "CONSOLE_ORDERS_REDRIVE_DATABASE_PASSWORD_FILE",
+                &self.orders_redrive_database_password_file,
+            ),
+            (
+                &mut self.inventory_redrive_database_url,
+                "CONSOLE_INVENTORY_REDRIVE_DATABASE_PASSWORD_FILE",
+                &self.inventory_redrive_database_password_file,
+            ),
+        ] {
+            if let Some(given) = url.take() {
+                *url = Some(given.with_password_file(variable, file.as_deref())?);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A service the health page asks for its metrics.

@@ -9,7 +9,8 @@ use service_support::{shutdown, telemetry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    cli.sources.resolve_secrets()?;
     let telemetry = telemetry::init(
         cli.sources.log_format,
         "warn,entrega_console=info",

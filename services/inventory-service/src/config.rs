@@ -2,14 +2,14 @@
 //! by every command, the service's own, and the tools' subcommands.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use consumer_tools::DltCommand;
-use service_support::config::{
-    DatabaseUrl, LogFormat, parse_database_url, parse_positive_duration,
-};
+use service_support::config::{DatabaseUrl, DatabaseUrlParser, LogFormat, parse_positive_duration};
 use service_support::consumers;
+use service_support::secret::{Secret, SecretError, value_or_file};
 
 /// The inventory service: consumes pedido.eventos and reserves stock. With a
 /// subcommand, a tool for the dead-letter topic or the processed table.
@@ -30,8 +30,18 @@ pub struct Cli {
 pub struct Common {
     /// PostgreSQL URL of the inventory database.
     #[arg(long, env = "INVENTORY_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/inventory",
-          value_parser = parse_database_url, global = true)]
+          value_parser = DatabaseUrlParser, hide_env_values = true, global = true)]
     pub database_url: DatabaseUrl,
+
+    /// A file holding the database password (a container secret), for a
+    /// URL without one.
+    #[arg(
+        long,
+        env = "INVENTORY_DATABASE_PASSWORD_FILE",
+        value_name = "PATH",
+        global = true
+    )]
+    pub database_password_file: Option<PathBuf>,
 
     /// Log format.
     #[arg(long, env = "INVENTORY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -61,6 +71,42 @@ pub struct ServeArgs {
     /// Do not apply the inventory database migrations at start-up.
     #[arg(long, env = "INVENTORY_NO_MIGRATE")]
     pub no_migrate: bool,
+
+    /// The bearer token that admin writes (PUT /stock/{sku}) need. With
+    /// neither this nor INVENTORY_ADMIN_TOKEN_FILE they are all refused.
+    /// Prefer the file: a command line is public.
+    #[arg(long, env = "INVENTORY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<Secret>,
+
+    /// A file holding the admin token (a container secret).
+    #[arg(long, env = "INVENTORY_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+impl Common {
+    /// Reads the database password file, if one is named.
+    pub fn resolve_secrets(&mut self) -> Result<(), SecretError> {
+        self.database_url = self.database_url.clone().with_password_file(
+            "INVENTORY_DATABASE_PASSWORD_FILE",
+            self.database_password_file.as_deref(),
+        )?;
+        Ok(())
+    }
+}
+
+impl ServeArgs {
+    /// The admin token, from the variable or the file; an empty variable
+    /// counts as unset (as `${VAR:-}` in compose leaves it).
+    pub fn admin_token(&self) -> Result<Option<Secret>, SecretError> {
+        value_or_file(
+            self.admin_token
+                .as_ref()
+                .filter(|token| !token.expose().is_empty()),
+            "INVENTORY_ADMIN_TOKEN",
+            self.admin_token_file.as_deref(),
+            "INVENTORY_ADMIN_TOKEN_FILE",
+        )
+    }
 }
 
 #[derive(Debug, Clone, Subcommand)]

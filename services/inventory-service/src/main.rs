@@ -7,12 +7,13 @@ use service_support::{shutdown, telemetry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let telemetry = telemetry::init(
         cli.common.log_format,
         "info,sqlx=warn,rdkafka=warn",
         "inventory-service",
     )?;
+    cli.common.resolve_secrets()?;
     let kafka = startup::kafka_config(&cli.consumer)?;
     match cli.command {
         None | Some(Command::Serve) => {

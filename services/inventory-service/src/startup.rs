@@ -4,8 +4,10 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use http_api::AdminToken;
 use rdkafka::ClientConfig;
 use service_support::kafka::PassthroughError;
+use service_support::secret::SecretError;
 use service_support::serving::{self, BindError};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
@@ -33,6 +35,8 @@ pub enum StartupError {
     Passthrough(#[from] PassthroughError),
     #[error(transparent)]
     Consumer(#[from] ServeError),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
 }
 
 /// The database pool every command uses: SQL statements time out (a
@@ -80,6 +84,7 @@ pub struct Application {
     serve: ServeArgs,
     pool: PgPool,
     listener: TcpListener,
+    admin: AdminToken,
 }
 
 impl Application {
@@ -88,6 +93,7 @@ impl Application {
         consumer: ConsumerArgs,
         serve: ServeArgs,
     ) -> Result<Self, StartupError> {
+        let admin = AdminToken::new(serve.admin_token()?.as_ref(), "INVENTORY_ADMIN_TOKEN");
         let pool = connect(common, serve.db_pool_size, serve.statement_timeout).await?;
         if !serve.no_migrate {
             outbox::migrate(&pool, &migrations()).await?;
@@ -98,6 +104,7 @@ impl Application {
             serve,
             pool,
             listener,
+            admin,
         })
     }
 
@@ -122,6 +129,7 @@ impl Application {
             pool: self.pool.clone(),
             metrics,
             health: health.clone(),
+            admin: self.admin.clone(),
         };
         tracing::info!(addr = %self.local_addr(), "inventory API listening");
         let Self {
@@ -129,6 +137,7 @@ impl Application {
             serve,
             pool,
             listener,
+            admin: _,
         } = self;
         let http_token = token.clone();
         let router = http::router(state, serve.request_timeout);

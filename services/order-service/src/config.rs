@@ -1,13 +1,15 @@
 //! Configuration from the environment and the command line.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use consumer_tools::DltCommand;
 pub use service_support::config::{DatabaseUrl, LogFormat};
-use service_support::config::{parse_database_url, parse_positive_duration};
+use service_support::config::{DatabaseUrlParser, parse_positive_duration};
 use service_support::consumers;
+use service_support::secret::SecretError;
 
 /// The order service: places orders and writes their outbox rows; consumes
 /// the inventory's outcomes into each order's status. With a subcommand, a
@@ -20,10 +22,16 @@ pub struct Config {
         long,
         env = "ORDER_DATABASE_URL",
         default_value = "postgres://postgres@127.0.0.1:5432/orders",
-        value_parser = parse_database_url,
-        hide_default_value = false
+        value_parser = DatabaseUrlParser,
+        hide_default_value = false,
+        hide_env_values = true
     )]
     pub database_url: DatabaseUrl,
+
+    /// A file holding the database password (a container secret), for a
+    /// URL without one.
+    #[arg(long, env = "ORDER_DATABASE_PASSWORD_FILE", value_name = "PATH")]
+    pub database_password_file: Option<PathBuf>,
 
     /// Address the HTTP API listens on (port 0 picks a free port).
     #[arg(long, env = "ORDER_HTTP_ADDR", default_value = "127.0.0.1:8080")]
@@ -74,6 +82,17 @@ pub struct Config {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Config {
+    /// Reads the database password file, if one is named.
+    pub fn resolve_secrets(&mut self) -> Result<(), SecretError> {
+        self.database_url = self.database_url.clone().with_password_file(
+            "ORDER_DATABASE_PASSWORD_FILE",
+            self.database_password_file.as_deref(),
+        )?;
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Subcommand)]

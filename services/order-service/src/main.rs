@@ -13,6 +13,7 @@ async fn main() -> anyhow::Result<()> {
         "info,sqlx=warn,tower_http=info",
         "order-service",
     )?;
+    config.resolve_secrets()?;
     match config.command.take() {
         None | Some(Command::Serve) => {}
         Some(Command::Dlt(command)) => {

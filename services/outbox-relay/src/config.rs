@@ -1,12 +1,12 @@
 //! Configuration from the environment and the command line.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use service_support::config::{
-    DatabaseUrl, LogFormat, parse_database_url, parse_positive_duration,
-};
+use service_support::config::{DatabaseUrl, DatabaseUrlParser, LogFormat, parse_positive_duration};
+use service_support::secret::SecretError;
 
 use crate::leadership::{DEFAULT_LOCK_KEY, SEND_MARGIN};
 
@@ -17,8 +17,13 @@ pub struct Config {
     /// PostgreSQL URL of the database whose outbox this relay publishes:
     /// orders (pedido.eventos), or inventory with --topics estoque.eventos.
     #[arg(long, env = "ORDER_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/orders",
-          value_parser = parse_database_url)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub database_url: DatabaseUrl,
+
+    /// A file holding the database password (a container secret), for a
+    /// URL without one.
+    #[arg(long, env = "ORDER_DATABASE_PASSWORD_FILE", value_name = "PATH")]
+    pub database_password_file: Option<PathBuf>,
 
     /// Kafka bootstrap servers. Other KAFKA_* variables pass through to
     /// librdkafka (KAFKA_SECURITY_PROTOCOL sets security.protocol).
@@ -180,6 +185,15 @@ fn parse_identifier(value: &str) -> Result<String, String> {
 }
 
 impl Config {
+    /// Reads the database password file, if one is named.
+    pub fn resolve_secrets(&mut self) -> Result<(), SecretError> {
+        self.database_url = self.database_url.clone().with_password_file(
+            "ORDER_DATABASE_PASSWORD_FILE",
+            self.database_password_file.as_deref(),
+        )?;
+        Ok(())
+    }
+
     /// Checks what clap cannot: the topic names.
     pub fn validate(&self) -> Result<(), String> {
         for topic in &self.topics {

@@ -5,7 +5,8 @@ use service_support::{shutdown, telemetry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let mut config = Config::parse();
+    config.resolve_secrets()?;
     let telemetry = telemetry::init(
         config.log_format,
         "info,sqlx=warn,rdkafka=warn",

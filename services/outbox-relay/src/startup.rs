@@ -94,6 +94,7 @@ impl Application {
                 source,
             })?;
         if config.mode == Mode::Cdc {
+            check_replication_tls(&config)?;
             slot::prepare(&pool, &config.cdc_slot, &config.cdc_publication).await?;
         }
         let listener = serving::bind(config.http_addr).await?;
@@ -238,9 +239,54 @@ fn replication_config(config: &Config) -> pgwire_replication::ReplicationConfig 
         config.cdc_publication.as_str(),
     )
     .with_port(options.get_port())
+    .with_tls(replication_tls(
+        options.get_ssl_mode(),
+        config.database_url.ssl_root_cert(),
+    ))
     .with_status_interval(config.cdc_status_interval)
     .with_wakeup_interval(config.cdc_status_interval)
     .with_application_name("outbox-relay")
+}
+
+/// The replication client verifies a certificate's names, not addresses:
+/// `sslmode=verify-full` to an IP address would fail every connection, so
+/// it stops the relay at start-up instead of a retry loop.
+fn check_replication_tls(config: &Config) -> Result<(), StartupError> {
+    let options = &config.database_url.options;
+    if matches!(
+        options.get_ssl_mode(),
+        sqlx::postgres::PgSslMode::VerifyFull
+    ) && options.get_host().parse::<std::net::IpAddr>().is_ok()
+    {
+        return Err(StartupError::Config(format!(
+            "CDC with sslmode=verify-full needs the database's host name, not the address {} \
+             (the replication client checks the certificate's names only): use the name the \
+             certificate carries, or sslmode=verify-ca",
+            options.get_host()
+        )));
+    }
+    Ok(())
+}
+
+/// The pool's `sslmode` and `sslrootcert`, for the replication connection:
+/// it must be as protected as the pool's, against the same server.
+fn replication_tls(
+    mode: sqlx::postgres::PgSslMode,
+    ca: Option<&std::path::Path>,
+) -> pgwire_replication::TlsConfig {
+    use pgwire_replication::TlsConfig;
+    use sqlx::postgres::PgSslMode;
+    let ca = ca.map(std::path::Path::to_path_buf);
+    match mode {
+        PgSslMode::Disable | PgSslMode::Allow => TlsConfig::disabled(),
+        PgSslMode::Prefer => TlsConfig {
+            mode: pgwire_replication::SslMode::Prefer,
+            ..TlsConfig::default()
+        },
+        PgSslMode::Require => TlsConfig::require(),
+        PgSslMode::VerifyCa => TlsConfig::verify_ca(ca),
+        PgSslMode::VerifyFull => TlsConfig::verify_full(ca),
+    }
 }
 
 /// Retries while the broker is unreachable (it may start after the relay);

@@ -8,11 +8,12 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 pub use service_support::topics::TopicError;
-use service_support::topics::{Described, config_value, describe};
+use service_support::topics::{Described, config_value, describe, diagnose};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Checks every topic; with `create`, makes the missing ones first.
+/// Checks every topic; with `create`, makes the missing ones first. A
+/// broker that refuses the client (TLS, SASL) is a `Refused` error.
 pub async fn ensure_topics(
     config: &ClientConfig,
     topics: &[String],
@@ -21,6 +22,26 @@ pub async fn ensure_topics(
     create: bool,
 ) -> Result<(), TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.create().map_err(TopicError::Client)?;
+    match ensure_with(&admin, topics, partitions, replication_factor, create).await {
+        Err(TopicError::Unreachable(error)) => {
+            let config = config.clone();
+            Err(
+                tokio::task::spawn_blocking(move || diagnose(&config, error))
+                    .await
+                    .unwrap_or_else(|_| TopicError::Config("(the diagnosis panicked)".to_owned())),
+            )
+        }
+        other => other,
+    }
+}
+
+async fn ensure_with(
+    admin: &AdminClient<DefaultClientContext>,
+    topics: &[String],
+    partitions: usize,
+    replication_factor: i32,
+    create: bool,
+) -> Result<(), TopicError> {
     if create {
         let partition_count = i32::try_from(partitions).unwrap_or(i32::MAX);
         let new_topics: Vec<NewTopic<'_>> = topics
@@ -58,7 +79,7 @@ pub async fn ensure_topics(
                 expected: partitions,
             });
         }
-        let min_insync = min_insync_replicas(&admin, topic).await;
+        let min_insync = min_insync_replicas(admin, topic).await;
         warn_unless_durable(topic, replication_factor, min_insync);
     }
     Ok(())

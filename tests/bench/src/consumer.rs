@@ -1,7 +1,6 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
@@ -109,8 +108,7 @@ pub(crate) async fn consumer_rate(
     let dlt = format!("{topic}.dlt");
     create_topic(bootstrap, &topic, PARTITIONS).await;
     create_topic(bootstrap, &dlt, PARTITIONS).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let producer: FutureProducer = test_support::kafka::client_config(bootstrap)
         .set("partitioner", "murmur2_random")
         .set("linger.ms", "20")
         .create()

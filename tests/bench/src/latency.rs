@@ -201,7 +201,14 @@ impl Stack {
                 "--http-addr",
                 &inventory_api,
             ],
-            &consumer_env,
+            &[
+                consumer_env.as_slice(),
+                &[(
+                    "INVENTORY_ADMIN_TOKEN",
+                    test_support::ADMIN_TOKEN.to_owned(),
+                )],
+            ]
+            .concat(),
         ));
         wait_ready(&relay_http).await;
         wait_ready(&inventory_api).await;
@@ -229,6 +236,7 @@ impl Stack {
         for sku in ["ABC-1", "XYZ-9", "DEF-2"] {
             client
                 .put(format!("http://{inventory_api}/stock/{sku}"))
+                .bearer_auth(test_support::ADMIN_TOKEN)
                 .json(&serde_json::json!({"available": 1_000_000_000}))
                 .send()
                 .await
@@ -552,14 +560,13 @@ async fn broker_floor(bootstrap: &str, fetch_wait_max_ms: Option<u32>) -> Vec<f6
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Message;
     use rdkafka::producer::FutureRecord;
-    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    use rdkafka::{Offset, TopicPartitionList};
 
     const RECORDS: usize = 100;
     let topic = format!("bench-floor-{}", &Uuid::new_v4().simple().to_string()[..10]);
     create_topic(bootstrap, &topic, 1).await;
-    let mut consumer_config = ClientConfig::new();
+    let mut consumer_config = test_support::kafka::client_config(bootstrap);
     consumer_config
-        .set("bootstrap.servers", bootstrap)
         .set("group.id", &topic)
         .set("enable.auto.commit", "false");
     if let Some(ms) = fetch_wait_max_ms {

@@ -1,7 +1,6 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
@@ -289,8 +288,7 @@ pub(crate) async fn relay_rate(
 
 /// A producer with the relay's settings (publisher.rs): the baselines'.
 pub(crate) fn relay_producer(bootstrap: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    test_support::kafka::client_config(bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("partitioner", "murmur2_random")

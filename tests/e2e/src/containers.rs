@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sqlx::{Connection, PgConnection};
 use test_support::eventually::eventually;
@@ -168,8 +167,7 @@ impl BrokerContainer {
     }
 
     async fn wait_until_it_answers(&self) {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.address)
+        let consumer: BaseConsumer = test_support::kafka::client_config(&self.address)
             .create()
             .expect("a metadata client");
         eventually(

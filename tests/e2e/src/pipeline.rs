@@ -6,7 +6,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use test_support::broker::PrivateBroker;
+use test_support::broker::{PrivateBroker, SecureBroker};
+use test_support::tls::TestCa;
 
 use crate::containers::{BrokerContainer, PostgresContainer};
 use test_support::database::TestDatabase;
@@ -115,6 +116,12 @@ pub struct PipelineOptions {
     pub containers: bool,
     /// Environment for every service of the pipeline (an OTLP endpoint).
     pub environment: Vec<(&'static str, String)>,
+    /// The broker requires SASL/SCRAM over TLS, as managed Kafka does: every
+    /// service and every client of the test connects with `SASL_SSL`.
+    pub secure: bool,
+    /// With `own_postgres`: the cluster accepts only TLS, and every service
+    /// connects with `sslmode=verify-full` against the run's CA.
+    pub postgres_tls: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -141,6 +148,8 @@ impl Default for PipelineOptions {
             relay_mode: RelayMode::Poll,
             containers: false,
             environment: Vec::new(),
+            secure: false,
+            postgres_tls: false,
         }
     }
 }
@@ -195,7 +204,8 @@ impl Endpoints {
                 if self.relay_mode == RelayMode::Cdc {
                     // One slot per database, named after it (slots are
                     // per server).
-                    let slot = database.rsplit('/').next().unwrap_or("entrega_outbox");
+                    let path = database.split('?').next().unwrap_or(database);
+                    let slot = path.rsplit('/').next().unwrap_or("entrega_outbox");
                     args.extend(list(&["--mode", "cdc", "--cdc-slot", slot]));
                 }
                 if self.retain_published {
@@ -239,6 +249,12 @@ impl Endpoints {
         let args = self.args(kind, http);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut envs = [self.environment.as_slice(), envs].concat();
+        if kind == Kind::Inventory {
+            envs.push((
+                "INVENTORY_ADMIN_TOKEN",
+                test_support::ADMIN_TOKEN.to_owned(),
+            ));
+        }
         envs.push((
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
@@ -283,6 +299,38 @@ fn remember(seen: &DuplicatesSeen, address: &str, value: f64) {
 pub enum Broker {
     Process(PrivateBroker),
     Container(BrokerContainer),
+    /// SASL/SCRAM behind TLS, with the run's CA and the password's file.
+    Secure(Box<SecureSetup>),
+}
+
+/// A [`SecureBroker`] and what its clients need.
+#[derive(Debug)]
+pub struct SecureSetup {
+    pub broker: SecureBroker,
+    pub ca: TestCa,
+    pub password_file: std::path::PathBuf,
+}
+
+impl SecureSetup {
+    /// A broker that requires SASL_SSL; from here on every client this test
+    /// process makes through `test_support::kafka` uses it.
+    pub async fn start() -> Self {
+        let ca = TestCa::new();
+        let broker = SecureBroker::start(&ca.ca, &ca.server, &[]).await;
+        test_support::kafka::secure_clients(broker.client_properties(&ca.ca));
+        let password_file = ca.dir().join("kafka-password");
+        std::fs::write(&password_file, format!("{}\n", broker.password)).unwrap();
+        Self {
+            broker,
+            ca,
+            password_file,
+        }
+    }
+
+    /// The `KAFKA_*` variables of a service that connects to it.
+    pub fn service_env(&self) -> Vec<(&'static str, String)> {
+        self.broker.client_env(&self.ca.ca, &self.password_file)
+    }
 }
 
 impl Broker {
@@ -290,6 +338,7 @@ impl Broker {
         match self {
             Self::Process(broker) => &broker.address,
             Self::Container(broker) => &broker.address,
+            Self::Secure(setup) => &setup.broker.bootstrap,
         }
     }
 
@@ -298,6 +347,7 @@ impl Broker {
         match self {
             Self::Process(broker) => broker.stop().await,
             Self::Container(broker) => broker.stop().await,
+            Self::Secure(setup) => setup.broker.broker.stop().await,
         }
     }
 
@@ -305,6 +355,7 @@ impl Broker {
         match self {
             Self::Process(broker) => broker.kill().await,
             Self::Container(broker) => broker.kill().await,
+            Self::Secure(setup) => setup.broker.broker.kill().await,
         }
     }
 
@@ -313,6 +364,7 @@ impl Broker {
         match self {
             Self::Process(broker) => broker.restart().await,
             Self::Container(broker) => broker.restart().await,
+            Self::Secure(setup) => setup.broker.broker.restart().await,
         }
     }
 }
@@ -355,13 +407,21 @@ impl Pipeline {
             let (broker, postgres) =
                 tokio::join!(BrokerContainer::start(), PostgresContainer::start());
             (Broker::Container(broker), Some(postgres))
+        } else if options.secure {
+            (Broker::Secure(Box::new(SecureSetup::start().await)), None)
         } else {
             (Broker::Process(PrivateBroker::start().await), None)
         };
+        let mut options = options;
+        if let Broker::Secure(setup) = &broker {
+            options.environment.extend(setup.service_env());
+        }
         for topic in [TOPIC, DLT, BACK_TOPIC, BACK_DLT] {
             create_topic(broker.address(), topic, PARTITIONS).await;
         }
-        let postgres = if options.own_postgres {
+        let postgres = if options.own_postgres && options.postgres_tls {
+            Some(PrivatePostgres::start_with_tls(TestCa::new()).await)
+        } else if options.own_postgres {
             Some(PrivatePostgres::start().await)
         } else {
             None
@@ -577,6 +637,7 @@ impl Pipeline {
         let url = format!("{}/stock/{sku}", self.consumers[0].http);
         let reply = reqwest::Client::new()
             .put(url)
+            .bearer_auth(test_support::ADMIN_TOKEN)
             .json(&serde_json::json!({"available": available}))
             .send()
             .await

@@ -16,6 +16,32 @@ pub fn bootstrap_servers() -> String {
     std::env::var("KAFKA_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
 }
 
+/// Properties every client these helpers make carries, on top of the
+/// environment's `KAFKA_*` (see [`client_config`]).
+static SECURITY: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// From now on every client the helpers make carries `properties` (SASL,
+/// TLS): for a test against a broker that requires them. Once per process;
+/// nextest runs each test in a process of its own.
+pub fn secure_clients(properties: Vec<(String, String)>) {
+    SECURITY
+        .set(properties)
+        .expect("secure_clients is called once per test process");
+}
+
+/// A client configuration as the services make theirs: the bootstrap
+/// servers, then the environment's `KAFKA_*` properties (a benchmark run
+/// against a broker with SASL and TLS passes them so), then what
+/// [`secure_clients`] set.
+pub fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut config = service_support::kafka::client_config(bootstrap, &[])
+        .unwrap_or_else(|error| panic!("the KAFKA_* variables: {error}"));
+    for (key, value) in SECURITY.get().into_iter().flatten() {
+        config.set(key, value);
+    }
+    config
+}
+
 /// A topic or group name no other test uses.
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
@@ -23,10 +49,8 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// Creates a topic (existing is fine) and waits until its metadata shows it.
 pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
+    let admin: AdminClient<DefaultClientContext> =
+        crate::kafka::client_config(bootstrap).create().unwrap();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin
         .create_topics(
@@ -55,10 +79,7 @@ pub async fn produce(
     value: &[u8],
     headers: &[(&str, Option<&[u8]>)],
 ) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
+    let producer: FutureProducer = crate::kafka::client_config(bootstrap).create().unwrap();
     let headers = headers.iter().fold(OwnedHeaders::new(), |h, (key, value)| {
         h.insert(Header { key, value: *value })
     });
@@ -143,8 +164,7 @@ impl std::fmt::Debug for TopicReader {
 
 impl TopicReader {
     pub fn new(bootstrap: &str, topic: &str) -> Self {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
+        let consumer: BaseConsumer = crate::kafka::client_config(bootstrap)
             .set("group.id", unique_name("reader"))
             .set("enable.auto.commit", "false")
             .create()

@@ -19,3 +19,8 @@ pub mod process; // service binaries as child processes, signals, their logs
 pub mod proxy; // a TCP proxy a test can blackhole: a network partition
 pub mod raw; // records rdkafka cannot express: header names that are not UTF-8
 pub mod terminal; // a record's bytes that would drive a terminal, and the check
+pub mod tls; // a CA per run and a TLS-terminating proxy
+
+/// The admin token the tests start the inventory service with
+/// (`INVENTORY_ADMIN_TOKEN`), and present as a bearer token to set stock.
+pub const ADMIN_TOKEN: &str = "entrega-test-admin-token";

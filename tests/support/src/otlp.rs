@@ -211,6 +211,11 @@ impl OtlpReceiver {
 
     /// The environment that points a service's exporter here, exporting
     /// every 100 ms so that a test does not wait for the default 5 s.
+    /// Where it listens (plain HTTP): for a TLS proxy in front of it.
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.endpoint.trim_start_matches("http://").parse().unwrap()
+    }
+
     pub fn environment(&self) -> Vec<(&'static str, String)> {
         vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint.clone()),

@@ -16,6 +16,7 @@ use sqlx::{ConnectOptions, Connection};
 
 use crate::eventually::eventually;
 use crate::process::{Service, free_port};
+use crate::tls::TestCa;
 
 fn required(name: &str) -> String {
     std::env::var(name)
@@ -44,6 +45,9 @@ pub struct PrivatePostgres {
     password: String,
     dir: PathBuf,
     process: Option<Service>,
+    /// With TLS: the CA whose server certificate it presents; it then lets
+    /// in only TLS connections (`hostssl`).
+    tls: Option<TestCa>,
 }
 
 impl std::fmt::Debug for PrivatePostgres {
@@ -60,6 +64,17 @@ impl std::fmt::Debug for PrivatePostgres {
 impl PrivatePostgres {
     /// A new cluster, started; waits until it accepts connections.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A new cluster that accepts only TLS connections, presenting a
+    /// certificate for localhost and 127.0.0.1 signed by `ca`; its URLs
+    /// ask for `sslmode=verify-full` against that CA.
+    pub async fn start_with_tls(ca: TestCa) -> Self {
+        Self::start_with(Some(ca)).await
+    }
+
+    async fn start_with(tls: Option<TestCa>) -> Self {
         let bin = PathBuf::from(required("ENTREGA_POSTGRES_BIN"));
         let dir =
             std::env::temp_dir().join(format!("entrega-pg-{}", uuid::Uuid::new_v4().simple()));
@@ -98,11 +113,30 @@ impl PrivatePostgres {
             .expect("running initdb");
         assert!(status.success(), "initdb failed");
         let _ = std::fs::remove_file(&password_file);
+        if let Some(ca) = &tls {
+            // The key must be private to the server's user: copied, 0600.
+            std::fs::copy(&ca.server.cert, dir.join("server.crt")).unwrap();
+            let key = std::fs::read(&ca.server.key).unwrap();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join("server.key"))
+                .and_then(|mut file| file.write_all(&key))
+                .unwrap();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "hostssl all all 127.0.0.1/32 scram-sha-256\n\
+                 hostssl replication all 127.0.0.1/32 scram-sha-256\n",
+            )
+            .unwrap();
+        }
         let mut cluster = Self {
             port: free_port(),
             password,
             dir,
             process: None,
+            tls,
         };
         cluster.restart().await;
         cluster
@@ -110,10 +144,25 @@ impl PrivatePostgres {
 
     /// The URL of database `database` on this cluster.
     pub fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://postgres:{}@127.0.0.1:{}/{database}",
-            self.password, self.port
-        )
+        match &self.tls {
+            // By name, as a managed server is reached: the relay's
+            // replication client verifies names only, not addresses.
+            Some(ca) => format!(
+                "postgres://postgres:{}@localhost:{}/{database}?sslmode=verify-full&sslrootcert={}",
+                self.password,
+                self.port,
+                ca.ca.display()
+            ),
+            None => format!(
+                "postgres://postgres:{}@127.0.0.1:{}/{database}",
+                self.password, self.port
+            ),
+        }
+    }
+
+    /// The CA its certificate is signed by, with TLS.
+    pub fn ca(&self) -> Option<&TestCa> {
+        self.tls.as_ref()
     }
 
     /// Starts the cluster again on the same port and data (after a stop or a crash).
@@ -122,27 +171,34 @@ impl PrivatePostgres {
         let bin = PathBuf::from(required("ENTREGA_POSTGRES_BIN"));
         let data = self.dir.join("data").display().to_string();
         let port = self.port.to_string();
-        let (program, args) = unprivileged(
-            bin.join("postgres").display().to_string(),
-            [
-                "-D",
-                &data,
-                "-p",
-                &port,
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "unix_socket_directories=",
-                "-c",
-                "max_connections=200",
-                // For the relay's CDC mode: a logical replication slot.
-                "-c",
-                "wal_level=logical",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
-        );
+        let mut settings: Vec<String> = [
+            "-D",
+            &data,
+            "-p",
+            &port,
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            "max_connections=200",
+            // For the relay's CDC mode: a logical replication slot.
+            "-c",
+            "wal_level=logical",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        if self.tls.is_some() {
+            for setting in [
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", self.dir.join("server.crt").display()),
+                format!("ssl_key_file={}", self.dir.join("server.key").display()),
+            ] {
+                settings.extend(["-c".to_owned(), setting]);
+            }
+        }
+        let (program, args) = unprivileged(bin.join("postgres").display().to_string(), settings);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.process = Some(Service::start("postgres", &program, &args, &[]));
         let options: PgConnectOptions = self.url("postgres").parse().expect("a PostgreSQL URL");

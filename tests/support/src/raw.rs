@@ -10,7 +10,6 @@ use std::ffi::{CString, c_void};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
@@ -47,8 +46,7 @@ impl ProducerContext for Reports {
 /// Produces `record` to `topic` and waits for the broker's acknowledgement;
 /// returns its (partition, offset).
 pub fn produce(bootstrap: &str, topic: &str, record: &RawRecord<'_>) -> (i32, i64) {
-    let producer: BaseProducer<Reports> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let producer: BaseProducer<Reports> = crate::kafka::client_config(bootstrap)
         .set("enable.idempotence", "true")
         .create_with_context(Reports::default())
         .unwrap();

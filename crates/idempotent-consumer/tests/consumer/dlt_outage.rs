@@ -10,7 +10,6 @@ use idempotent_consumer::{
     Circuit, Claimed, ConsumerOptions, Database, DltReason, Handler, Health, InvalidMessage,
     Record, Retention, Verdict, serve,
 };
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgConnection;
@@ -67,8 +66,7 @@ impl Handler for RefusesAll {
 /// Produces a record with a fresh `id` header to `partition`; its id.
 async fn produce_to(bootstrap: &str, topic: &str, partition: i32) -> Uuid {
     let id = Uuid::now_v7();
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let producer: FutureProducer = test_support::kafka::client_config(bootstrap)
         .create()
         .unwrap();
     let text = id.to_string();

@@ -8,7 +8,7 @@ use idempotent_consumer::{
     Circuit, Claimed, Database, DeadLetterPolicy, DltProducer, DltReason, Handler, Header, Health,
     InvalidMessage, Outcome, Pipeline, Record, RetryPolicy, Verdict,
 };
-use rdkafka::{ClientConfig, Timestamp};
+use rdkafka::Timestamp;
 use sqlx::{Executor, PgConnection, PgPool};
 use test_support::database::TestDatabase;
 use test_support::kafka::{TopicReader, bootstrap_servers, create_topic, unique_name};
@@ -75,8 +75,7 @@ async fn setup() -> Setup {
     let dlt = format!("{topic}.dlt");
     create_topic(&bootstrap, &dlt, 1).await;
     let health = Health::new(Circuit::new(100, 0.5, 20), Database::new(pool.clone()));
-    let mut producer_config = ClientConfig::new();
-    producer_config.set("bootstrap.servers", &bootstrap);
+    let producer_config = test_support::kafka::client_config(&bootstrap);
     let pipeline = Pipeline {
         handler: Effects,
         policy: DeadLetterPolicy {

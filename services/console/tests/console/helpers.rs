@@ -80,8 +80,7 @@ impl ConsoleTest {
             1,
         )
         .await;
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", &broker.address)
+        let producer = test_support::kafka::client_config(&broker.address)
             .set("enable.idempotence", "true")
             .create()
             .unwrap();
@@ -95,9 +94,7 @@ impl ConsoleTest {
 
     /// A client of this test's broker, as a service would configure it.
     pub(crate) fn kafka(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", &self.broker.address);
-        config
+        test_support::kafka::client_config(&self.broker.address)
     }
 
     /// Runs `entrega <args>` against this test's databases and broker,

@@ -8,7 +8,8 @@ mod stock; // PUT and GET /stock/{sku}
 use std::time::Duration;
 
 use axum::Router;
-use http_api::{with_common_layers, with_openapi_pages};
+use axum::extract::FromRef;
+use http_api::{AdminToken, declare_admin_scheme, with_common_layers, with_openapi_pages};
 use service_support::metrics::PrometheusHandle;
 use sqlx::PgPool;
 use utoipa::OpenApi;
@@ -26,6 +27,14 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// The consumer's health, for readiness.
     pub health: Health,
+    /// What admin writes (PUT /stock) must present.
+    pub admin: AdminToken,
+}
+
+impl FromRef<AppState> for AdminToken {
+    fn from_ref(state: &AppState) -> Self {
+        state.admin.clone()
+    }
 }
 
 #[derive(OpenApi)]
@@ -33,8 +42,8 @@ pub struct AppState {
     info(
         title = "entrega inventory service",
         description = "Stock and reservation outcomes. Reservations are made by the consumer of \
-                       `pedido.eventos`; this API sets stock and shows the results. Every error is \
-                       `application/problem+json` (RFC 9457)."
+                       `pedido.eventos`; this API sets stock and shows the results. Setting stock needs the admin \
+                       bearer token. Every error is `application/problem+json` (RFC 9457)."
     ),
     tags(
         (name = "stock", description = "Stock per sku"),
@@ -52,6 +61,8 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))
         .split_for_parts();
+    let mut document = document;
+    declare_admin_scheme(&mut document);
     let routes = with_openapi_pages(routes, document).with_state(state);
     with_common_layers(routes, request_timeout)
 }

@@ -1,7 +1,7 @@
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use http_api::{ApiError, FieldError, Problem, ValidJson};
+use http_api::{Admin, ApiError, FieldError, Problem, ValidJson};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -53,16 +53,21 @@ fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<Sku, ApiEr
     })
 }
 
-/// Sets the units available for a sku (creating it), keeping what is reserved.
+/// Sets the units available for a sku (creating it), keeping what is
+/// reserved. Needs the admin token.
 #[utoipa::path(
     put,
     path = "/stock/{sku}",
     tag = "stock",
+    security(("adminToken" = [])),
     params(("sku" = String, Path, description = "The sku", pattern = "^[A-Z0-9-]{1,64}$")),
     request_body(content = SetStock, content_type = "application/json"),
     responses(
         (status = 200, description = "The stock now", body = StockResponse),
         (status = 400, description = "Invalid sku or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No bearer token", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "Bearer"))),
+        (status = 403, description = "Not the admin token, or no admin token is configured", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body over 64 KiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Content-Type is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
@@ -70,6 +75,7 @@ fn sku_from_path(path: Result<Path<String>, PathRejection>) -> Result<Sku, ApiEr
     )
 )]
 pub(super) async fn put_stock(
+    _admin: Admin,
     State(state): State<AppState>,
     sku: Result<Path<String>, PathRejection>,
     ValidJson(body): ValidJson<SetStock>,

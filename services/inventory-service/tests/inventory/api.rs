@@ -7,7 +7,9 @@ use crate::helpers::{InventoryTest, Outgoing};
 
 async fn send(method: reqwest::Method, url: String, body: Option<&str>) -> (u16, String, Value) {
     let client = reqwest::Client::new();
-    let mut request = client.request(method, url);
+    let mut request = client
+        .request(method, url)
+        .bearer_auth(test_support::ADMIN_TOKEN);
     if let Some(body) = body {
         request = request
             .header("content-type", "application/json")
@@ -169,6 +171,7 @@ async fn bad_input_gets_problem_json_and_never_a_server_error() {
     }
     let text = reqwest::Client::new()
         .put(format!("{base}/stock/ABC-1"))
+        .bearer_auth(test_support::ADMIN_TOKEN)
         .header("content-type", "text/plain")
         .body("10")
         .send()
@@ -228,4 +231,73 @@ async fn openapi_lists_every_route_and_metrics_name_the_consumer() {
         assert!(metrics.contains(name), "/metrics lacks {name}");
     }
     service.service.terminate(Duration::from_secs(30)).await;
+}
+
+/// Setting stock is an admin write: without the bearer token 401 (with a
+/// challenge), with another token 403, and a service started without a
+/// token refuses it to everyone; reads stay open. Nothing is written by a
+/// refused request.
+#[tokio::test]
+async fn setting_stock_needs_the_admin_token() {
+    let test = InventoryTest::new().await;
+    let service = test.start(&[], &[]).await;
+    let url = format!("{}/stock/ABC-1", service.http);
+    let client = reqwest::Client::new();
+    let put = |token: Option<&'static str>| {
+        let mut request = client.put(&url).json(&json!({"available": 5}));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let refused = put(None).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    assert_eq!(refused.headers()["www-authenticate"], "Bearer");
+    assert_eq!(
+        refused.headers()["content-type"],
+        "application/problem+json"
+    );
+    let refused = put(Some("not-the-token")).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["type"], "/problems/forbidden");
+    assert_eq!(test.count("select count(*) from stock").await, 0);
+    assert_eq!(
+        put(Some(test_support::ADMIN_TOKEN))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    service.service.terminate(Duration::from_secs(30)).await;
+
+    // Without a token (an empty INVENTORY_ADMIN_TOKEN counts as unset).
+    let unset = test
+        .start(&[], &[("INVENTORY_ADMIN_TOKEN", String::new())])
+        .await;
+    let url = format!("{}/stock/ABC-1", unset.http);
+    let refused = client
+        .put(&url)
+        .bearer_auth(test_support::ADMIN_TOKEN)
+        .json(&json!({"available": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    let problem: Value = refused.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("INVENTORY_ADMIN_TOKEN is not set"),
+        "{problem}"
+    );
+    let (status, _, body) = send(reqwest::Method::GET, url, None).await;
+    assert_eq!(
+        (status, body["available"].clone()),
+        (200, json!(5)),
+        "reads stay open"
+    );
+    unset.service.terminate(Duration::from_secs(30)).await;
 }

@@ -1,6 +1,5 @@
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
@@ -120,8 +119,7 @@ impl InventoryTest {
         let dlt = format!("{topic}.dlt");
         create_topic(&bootstrap, &topic, PARTITIONS).await;
         create_topic(&bootstrap, &dlt, dlt_partitions).await;
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
+        let producer = test_support::kafka::client_config(&bootstrap)
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random")
             // Tests send records near and over the services' size limits.
@@ -241,8 +239,16 @@ impl InventoryTest {
         let mut args = self.args(port);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The test's token unless the caller sets one (or none: empty).
+        let mut envs = envs.to_vec();
+        if !envs.iter().any(|(key, _)| *key == "INVENTORY_ADMIN_TOKEN") {
+            envs.push((
+                "INVENTORY_ADMIN_TOKEN",
+                test_support::ADMIN_TOKEN.to_owned(),
+            ));
+        }
         InventoryProcess {
-            service: Service::start("inventory-service", SERVICE, &args, envs),
+            service: Service::start("inventory-service", SERVICE, &args, &envs),
             http: format!("http://127.0.0.1:{port}"),
         }
     }

@@ -8,7 +8,6 @@ use idempotent_consumer::{
     Circuit, Claimed, ConsumerError, Database, DeadLetterPolicy, DltProducer, Handler, Health,
     Pipeline, Record, RetryPolicy,
 };
-use rdkafka::ClientConfig;
 use sqlx::PgConnection;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -27,8 +26,7 @@ impl InProcess {
     pub(crate) fn start<H: Handler>(test: &InventoryTest, handler: H) -> Self {
         let health = Health::new(Circuit::new(100, 0.5, 20), Database::new(test.pool.clone()));
         let client = |settings: &[(&str, String)]| {
-            let mut config = ClientConfig::new();
-            config.set("bootstrap.servers", &test.bootstrap);
+            let mut config = test_support::kafka::client_config(&test.bootstrap);
             for (key, value) in settings {
                 config.set(*key, value);
             }

@@ -12,4 +12,5 @@ mod create_order;
 mod helpers;
 mod idempotency;
 mod operations;
+mod secrets;
 mod status;

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
@@ -47,8 +46,7 @@ impl StatusTest {
         ];
         args.extend_from_slice(extra);
         let app = spawn_app_with(&args).await;
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
+        let producer = test_support::kafka::client_config(&bootstrap)
             .set("partitioner", "murmur2_random")
             .create()
             .unwrap();

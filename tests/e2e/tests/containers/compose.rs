@@ -44,6 +44,7 @@ impl Stack {
             .args(args)
             // The machine's own PostgreSQL may hold 5432 on loopback.
             .env("ENTREGA_POSTGRES_PORT", self.postgres_port.to_string())
+            .env("INVENTORY_ADMIN_TOKEN", test_support::ADMIN_TOKEN)
             .output()
             .unwrap_or_else(|e| panic!("{tool} runs (scripts/docker up installs it): {e}"));
         print!("{}", String::from_utf8_lossy(&output.stdout));
@@ -97,6 +98,7 @@ async fn the_compose_stack_reserves_orders_and_prometheus_scrapes_every_service(
                 async move {
                     client
                         .put(format!("{INVENTORY_API}/stock/{sku}"))
+                        .bearer_auth(test_support::ADMIN_TOKEN)
                         .json(&serde_json::json!({"available": available}))
                         .send()
                         .await

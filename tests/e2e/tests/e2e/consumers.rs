@@ -7,7 +7,7 @@ use e2e::report::{assert_sound, report};
 use e2e::{Pipeline, PipelineOptions};
 use nix::sys::signal::Signal;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// Offsets stored but not committed for ten minutes: a kill always lands
 /// between the database commits and the offset commit.
@@ -76,8 +76,7 @@ async fn a_consumer_stopped_past_max_poll_interval_then_resumed_applies_nothing_
 /// Moves group `estoque` back to offset 0 on every partition (its members
 /// stopped), as an operator replaying the topic would.
 fn rewind_group(broker: &str) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker)
+    let consumer: BaseConsumer = test_support::kafka::client_config(broker)
         .set("group.id", "estoque")
         .set("enable.auto.commit", "false")
         .create()

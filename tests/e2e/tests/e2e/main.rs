@@ -15,4 +15,5 @@ mod happy_path;
 mod ops_config;
 mod poison;
 mod relays;
+mod secure;
 mod traces;

@@ -15,11 +15,14 @@
 
 use std::time::Duration;
 
-use e2e::pipeline::{DLT, TOPIC};
+use e2e::pipeline::{DLT, TOPIC, binary};
 use e2e::{Pipeline, PipelineOptions};
+use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::TopicReader;
 use test_support::otlp::{OtlpReceiver, ReceivedSpan, tree};
+use test_support::process::{Service, free_port};
+use test_support::tls::{TestCa, TlsProxy};
 use uuid::Uuid;
 
 fn new_trace_id() -> String {
@@ -320,4 +323,65 @@ async fn one_order_is_one_trace_from_the_request_through_both_consumers() {
         tree(&receiver.trace(&bad_trace))
     );
     pipeline.stop().await;
+}
+
+/// A collector behind TLS with a private CA: the exporter verifies the
+/// collector's certificate against OTEL_EXPORTER_OTLP_CERTIFICATE (the
+/// receiver behind the tests' TLS proxy), and the spans arrive.
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_reach_a_collector_over_https_with_a_private_ca() {
+    let receiver = OtlpReceiver::start().await;
+    let ca = TestCa::new();
+    let proxy = TlsProxy::bind().await;
+    let endpoint = format!("https://localhost:{}", proxy.address.port());
+    let _proxy = proxy.start(receiver.address(), &ca.server);
+    let server = std::env::var("ORDER_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned());
+    let database = TestDatabase::create(&server, "e2e_otlp_tls").await;
+    let http = format!("127.0.0.1:{}", free_port());
+    let service = Service::start(
+        "order-service",
+        &binary("order-service"),
+        &[
+            "--database-url",
+            &database.url(),
+            "--http-addr",
+            &http,
+            "--no-status-consumer",
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            (
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                ca.ca.display().to_string(),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        ],
+    );
+    let base = format!("http://{http}");
+    eventually(
+        "the order service answers",
+        Duration::from_secs(60),
+        || async {
+            reqwest::get(format!("{base}/healthz"))
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+        },
+    )
+    .await;
+    let trace_id = new_trace_id();
+    place_order(
+        &base,
+        &[("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))],
+    )
+    .await;
+    span_of(
+        &receiver,
+        &trace_id,
+        "the server span, exported over https",
+        is("order-service", "POST /orders"),
+    )
+    .await;
+    service.terminate(Duration::from_secs(30)).await;
 }
