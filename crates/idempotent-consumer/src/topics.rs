@@ -3,8 +3,8 @@
 //! partition number). What the broker is asked is `service_support::topics`'.
 
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use service_support::topics::{Diagnosed, pump_errors};
+use rdkafka::consumer::BaseConsumer;
+use service_support::topics::{Diagnosed, explain};
 pub use service_support::topics::{TopicError, partition_count, retention};
 
 /// Checks the source topic and its DLT (blocking: call off the runtime). A
@@ -15,10 +15,7 @@ pub fn check(config: &ClientConfig, topic: &str, dlt: &str) -> Result<(usize, us
         .create_with_context(Diagnosed::default())
         .map_err(TopicError::Client)?;
     let diagnose = |error| match error {
-        TopicError::Unreachable(error) => {
-            pump_errors(&consumer);
-            consumer.client().context().classify(error)
-        }
+        TopicError::Unreachable(error) => explain(&consumer, error),
         other => other,
     };
     let source_partitions = partition_count(&consumer, topic).map_err(diagnose)?;

@@ -141,10 +141,16 @@ fn is_refusal(reason: &str) -> bool {
     .any(|refusal| reason.contains(refusal))
 }
 
-/// Delivers what a consumer queued for its context: librdkafka's log
-/// lines and error events reach a `BaseConsumer`'s context only when it is
-/// polled (for half a second: they are already queued).
-pub fn pump_errors(consumer: &BaseConsumer<Diagnosed>) {
+/// `error`, from a request `consumer` made, as a refusal or as the broker
+/// unreachable: first delivers what the consumer queued for its context
+/// (librdkafka's log lines and error events reach a `BaseConsumer`'s
+/// context only when it is polled; half a second: they are already queued).
+pub fn explain(consumer: &BaseConsumer<Diagnosed>, error: KafkaError) -> TopicError {
+    pump_errors(consumer);
+    consumer.context().classify(error)
+}
+
+fn pump_errors(consumer: &BaseConsumer<Diagnosed>) {
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
     while std::time::Instant::now() < deadline {
         if let Some(Err(error)) = consumer.poll(Duration::from_millis(50)) {
@@ -164,11 +170,17 @@ pub fn diagnose(config: &ClientConfig, error: KafkaError) -> TopicError {
     };
     match probe.fetch_metadata(None, TIMEOUT) {
         Ok(_) => TopicError::Unreachable(error),
-        Err(_) => {
-            pump_errors(&probe);
-            probe.context().classify(error)
-        }
+        Err(_) => explain(&probe, error),
     }
+}
+
+/// [`diagnose`] off the runtime, for an admin client's failed request.
+pub async fn diagnose_blocking(config: &ClientConfig, error: KafkaError) -> TopicError {
+    let config = config.clone();
+    let unexplained = TopicError::Unreachable(error.clone());
+    tokio::task::spawn_blocking(move || diagnose(&config, error))
+        .await
+        .unwrap_or(unexplained)
 }
 
 /// What the broker says of one topic.
@@ -239,14 +251,7 @@ const KAFKA_DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3_600);
 pub async fn retention(config: &ClientConfig, topic: &str) -> Result<Option<Duration>, TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.create().map_err(TopicError::Client)?;
     let value = match config_value(&admin, topic, "retention.ms").await {
-        Err(TopicError::Unreachable(error)) => {
-            let config = config.clone();
-            return Err(
-                tokio::task::spawn_blocking(move || diagnose(&config, error))
-                    .await
-                    .unwrap_or_else(|_| TopicError::Config(topic.to_owned())),
-            );
-        }
+        Err(TopicError::Unreachable(error)) => return Err(diagnose_blocking(config, error).await),
         other => other?,
     };
     let Some(value) = value else {

@@ -8,7 +8,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 pub use service_support::topics::TopicError;
-use service_support::topics::{Described, config_value, describe, diagnose};
+use service_support::topics::{Described, config_value, describe, diagnose_blocking};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -23,14 +23,7 @@ pub async fn ensure_topics(
 ) -> Result<(), TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.create().map_err(TopicError::Client)?;
     match ensure_with(&admin, topics, partitions, replication_factor, create).await {
-        Err(TopicError::Unreachable(error)) => {
-            let config = config.clone();
-            Err(
-                tokio::task::spawn_blocking(move || diagnose(&config, error))
-                    .await
-                    .unwrap_or_else(|_| TopicError::Config("(the diagnosis panicked)".to_owned())),
-            )
-        }
+        Err(TopicError::Unreachable(error)) => Err(diagnose_blocking(config, error).await),
         other => other,
     }
 }
