@@ -12,7 +12,7 @@ pub use service_support::topics::{TopicError, partition_count, retention};
 /// to retry.
 pub fn check(config: &ClientConfig, topic: &str, dlt: &str) -> Result<(usize, usize), TopicError> {
     let consumer: BaseConsumer<Diagnosed> = config
-        .create_with_context(Diagnosed::default())
+        .create_with_context(Diagnosed::new(config))
         .map_err(TopicError::Client)?;
     let diagnose = |error| match error {
         TopicError::Unreachable(error) => explain(&consumer, error),

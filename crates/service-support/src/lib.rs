@@ -17,4 +17,5 @@ pub mod shutdown; // SIGTERM / SIGINT
 pub mod sku; // Sku: the one stock-keeping unit code every service accepts
 pub mod telemetry; // the tracing subscriber
 pub mod timestamps; // a time written as RFC 3339
+pub mod tls_probe; // whether a listener speaks TLS (a plaintext client at a TLS port)
 pub mod topics; // what the broker says of a topic: partitions, settings

@@ -4,6 +4,7 @@
 //! start-up checks, the relay's, the tools' and the console's.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -13,6 +14,8 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
+
+use crate::tls_probe;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -72,15 +75,43 @@ impl TopicError {
 /// retrying: librdkafka reconnects forever, and says what happened only in
 /// its log (synchronously, from its broker threads) and in error events (a
 /// consumer's, when polled).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Diagnosed {
     /// The latest refusal seen; a client is made per check, so it is never
     /// stale.
     refusal: Mutex<Option<String>>,
+    /// A connection closed during the first request (ApiVersion): a
+    /// plaintext client at a TLS listener, or nothing behind a proxy.
+    closed_at_first_request: AtomicBool,
+    /// `bootstrap.servers`, when the client speaks plaintext (no TLS): where
+    /// to ask whether the listener speaks TLS.
+    plaintext_bootstrap: Option<String>,
 }
 
+/// How long the TLS probe waits for each bootstrap address.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl Diagnosed {
+    /// For a client made from `config`.
+    pub fn new(config: &ClientConfig) -> Self {
+        let protocol = config
+            .get("security.protocol")
+            .unwrap_or("plaintext")
+            .to_ascii_lowercase();
+        let plaintext = matches!(protocol.as_str(), "plaintext" | "sasl_plaintext");
+        Self {
+            refusal: Mutex::new(None),
+            closed_at_first_request: AtomicBool::new(false),
+            plaintext_bootstrap: plaintext
+                .then(|| config.get("bootstrap.servers").map(str::to_owned))
+                .flatten(),
+        }
+    }
+
     fn remember(&self, reason: &str) {
+        if reason.contains("APIVERSION_QUERY") || reason.contains("requesting ApiVersion") {
+            self.closed_at_first_request.store(true, Ordering::Relaxed);
+        }
         // librdkafka follows a refusal with shorter lines of the same
         // failure ("error:0A000086:SSL routines::…"): the first says most.
         if is_refusal(reason)
@@ -92,12 +123,26 @@ impl Diagnosed {
     }
 
     /// `error`, a request that failed, as a refusal when librdkafka saw
-    /// one; otherwise the broker is taken to be unreachable (yet).
+    /// one, or when a plaintext client's connections were closed at the
+    /// first request by a listener that answers TLS; otherwise the broker is
+    /// taken to be unreachable (yet). Blocking (the probe): off the runtime.
     pub fn classify(&self, error: KafkaError) -> TopicError {
-        match self.refusal.lock().ok().and_then(|refusal| refusal.clone()) {
-            Some(reason) => TopicError::Refused { reason },
-            None => TopicError::Unreachable(error),
+        if let Some(reason) = self.refusal.lock().ok().and_then(|refusal| refusal.clone()) {
+            return TopicError::Refused { reason };
         }
+        if let Some(servers) = &self.plaintext_bootstrap
+            && self.closed_at_first_request.load(Ordering::Relaxed)
+            && let Some(listener) = tls_probe::first_tls_listener(servers, PROBE_TIMEOUT)
+        {
+            return TopicError::Refused {
+                reason: format!(
+                    "{listener} speaks TLS and this client does not (security.protocol is plaintext): \
+                     it closes the connection at the client's first request; \
+                     set KAFKA_SECURITY_PROTOCOL=SSL or SASL_SSL"
+                ),
+            };
+        }
+        TopicError::Unreachable(error)
     }
 }
 
@@ -164,7 +209,8 @@ fn pump_errors(consumer: &BaseConsumer<Diagnosed>) {
 /// client's does not: its log lines go to a queue nobody polls). Blocking,
 /// for up to the request timeout: call off the runtime.
 pub fn diagnose(config: &ClientConfig, error: KafkaError) -> TopicError {
-    let Ok(probe) = config.create_with_context::<_, BaseConsumer<Diagnosed>>(Diagnosed::default())
+    let Ok(probe) =
+        config.create_with_context::<_, BaseConsumer<Diagnosed>>(Diagnosed::new(config))
     else {
         return TopicError::Unreachable(error);
     };
