@@ -2,6 +2,7 @@
 // operations console and the services' /docs pages, as an operator would.
 // tests/e2e/tests/e2e/console.rs sets the scene and runs this with:
 //   CONSOLE_URL   the console's page, e.g. http://127.0.0.1:8090
+//   ADMIN_TOKEN   the console's admin token, which a redrive needs
 //   MESSAGE_ID    a dead-lettered message (retries-exhausted, cause fixed)
 //   ORDER_ID      its order, PENDING until the redrive is applied
 //   DOCS_URLS     name=url,... of every service whose /docs must work offline
@@ -18,6 +19,7 @@ const env = (name) => {
   return value;
 };
 const consoleUrl = env("CONSOLE_URL");
+const adminToken = env("ADMIN_TOKEN");
 const messageId = env("MESSAGE_ID");
 const orderId = env("ORDER_ID");
 const screenshots = env("SCREENSHOTS");
@@ -89,8 +91,18 @@ try {
   await shot("console-dead-letter");
   const letterUrl = page.url();
 
+  // Without the admin token (the browser's own check bypassed, as a
+  // forged form would be): refused, nothing published.
+  await page.fill("#operator", "browser-test");
+  await page.locator("#token").evaluate((input) => input.removeAttribute("required"));
+  await page.click("#redrive");
+  expect((await page.locator("p.alert").textContent()).includes("admin token"), "refused without the admin token");
+  step("redrive without the admin token: refused");
+  await page.goto(letterUrl);
+
   // A dry run: what would happen now, nothing published.
   await page.fill("#operator", "browser-test");
+  await page.fill("#token", adminToken);
   await page.click("#redrive-dry-run");
   await page.waitForSelector("#redrive-result");
   const verdict = await page.locator("#verdict").innerText();
@@ -103,6 +115,7 @@ try {
   // The real redrive.
   await page.goto(letterUrl);
   await page.fill("#operator", "browser-test");
+  await page.fill("#token", adminToken);
   await page.click("#redrive");
   await page.waitForSelector("#redrive-result");
   const outcome = await page.locator("#outcome").textContent();

@@ -82,13 +82,21 @@ where
                 "the Authorization header is not a bearer token".to_owned(),
             ));
         };
-        let Some(expected_digest) = expected.digest else {
+        expected.admits(presented)
+    }
+}
+
+impl AdminToken {
+    /// Whether `presented` is the admin token: for a token that comes some
+    /// other way than the header (a page's form field).
+    pub fn admits(&self, presented: &str) -> Result<Admin, ApiError> {
+        let Some(expected) = self.digest else {
             return Err(ApiError::Forbidden(format!(
                 "admin writes are disabled: {} is not set on this service",
-                expected.variable
+                self.variable
             )));
         };
-        if bool::from(digest(presented).ct_eq(&expected_digest)) {
+        if bool::from(digest(presented).ct_eq(&expected)) {
             Ok(Admin)
         } else {
             Err(ApiError::Forbidden(

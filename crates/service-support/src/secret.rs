@@ -82,13 +82,15 @@ pub fn read_secret_file(variable: &str, path: &Path) -> Result<Secret, SecretErr
 }
 
 /// The secret given either as a value or as a file, or none; both is an
-/// error, as which one wins would be a guess.
+/// error, as which one wins would be a guess. An empty value counts as
+/// none (as `${VAR:-}` in compose leaves a variable).
 pub fn value_or_file(
     value: Option<&Secret>,
     value_variable: &'static str,
     file: Option<&Path>,
     file_variable: &'static str,
 ) -> Result<Option<Secret>, SecretError> {
+    let value = value.filter(|value| !value.expose().is_empty());
     match (value, file) {
         (Some(_), Some(_)) => Err(SecretError::Both {
             value_variable,
@@ -183,5 +185,15 @@ mod tests {
             .unwrap();
         assert_eq!(chosen.expose(), "from-value");
         assert!(value_or_file(None, "X", None, "X_FILE").unwrap().is_none());
+        let empty = Secret::new("");
+        assert!(
+            value_or_file(Some(&empty), "X", None, "X_FILE")
+                .unwrap()
+                .is_none()
+        );
+        let chosen = value_or_file(Some(&empty), "X", Some(&path), "X_FILE")
+            .unwrap()
+            .unwrap();
+        assert_eq!(chosen.expose(), "from-file", "an empty value is no value");
     }
 }

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use consumer_tools::DltFilter;
 use service_support::config::{DatabaseUrl, DatabaseUrlParser, LogFormat};
 use service_support::consumers;
-use service_support::secret::SecretError;
+use service_support::secret::{Secret, SecretError, value_or_file};
 use url::Url;
 use uuid::Uuid;
 
@@ -265,6 +265,30 @@ pub struct ServeArgs {
     #[arg(long, env = "CONSOLE_HTTP_ADDR", default_value = "127.0.0.1:8090",
           value_parser = parse_loopback)]
     pub http_addr: SocketAddr,
+
+    /// The bearer token a redrive needs (the API's Authorization header,
+    /// the page's token field). With neither this nor
+    /// CONSOLE_ADMIN_TOKEN_FILE every redrive is refused. Prefer the file: a
+    /// command line is public.
+    #[arg(long, env = "CONSOLE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<Secret>,
+
+    /// A file holding the admin token (a container secret).
+    #[arg(long, env = "CONSOLE_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<std::path::PathBuf>,
+}
+
+impl ServeArgs {
+    /// The admin token, from the variable or the file.
+    pub fn admin_token(&self) -> Result<Option<Secret>, SecretError> {
+        let file = self.admin_token_file.as_deref();
+        value_or_file(
+            self.admin_token.as_ref(),
+            "CONSOLE_ADMIN_TOKEN",
+            file,
+            "CONSOLE_ADMIN_TOKEN_FILE",
+        )
+    }
 }
 
 fn parse_loopback(value: &str) -> Result<SocketAddr, String> {

@@ -5,6 +5,7 @@ use entrega_console::config::{Cli, Command, DltCommand};
 use entrega_console::sources::Sources;
 use entrega_console::web::{self, Console};
 use entrega_console::{dead_letters, health, journey, present};
+use http_api::AdminToken;
 use service_support::{shutdown, telemetry};
 
 #[tokio::main]
@@ -95,9 +96,11 @@ async fn run(command: Command, sources: Sources) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {}", args.http_addr))?;
             tracing::info!(addr = %args.http_addr, "serving the console");
+            let admin = args.admin_token().context("the console's admin token")?;
             let console = Console {
                 sources,
                 operator: login_name(),
+                admin: AdminToken::new(admin.as_ref(), "CONSOLE_ADMIN_TOKEN"),
             };
             axum::serve(listener, web::router(console))
                 .with_graceful_shutdown(shutdown::signal())

@@ -95,15 +95,13 @@ impl Common {
 }
 
 impl ServeArgs {
-    /// The admin token, from the variable or the file; an empty variable
-    /// counts as unset (as `${VAR:-}` in compose leaves it).
+    /// The admin token, from the variable or the file.
     pub fn admin_token(&self) -> Result<Option<Secret>, SecretError> {
+        let file = self.admin_token_file.as_deref();
         value_or_file(
-            self.admin_token
-                .as_ref()
-                .filter(|token| !token.expose().is_empty()),
+            self.admin_token.as_ref(),
             "INVENTORY_ADMIN_TOKEN",
-            self.admin_token_file.as_deref(),
+            file,
             "INVENTORY_ADMIN_TOKEN_FILE",
         )
     }

@@ -78,7 +78,10 @@ pub async fn serve(pipeline: &Pipeline) -> (Service, String) {
         "entrega",
         &binary("entrega"),
         &args,
-        &[("RUST_LOG", "warn".to_owned())],
+        &[
+            ("RUST_LOG", "warn".to_owned()),
+            ("CONSOLE_ADMIN_TOKEN", test_support::ADMIN_TOKEN.to_owned()),
+        ],
     );
     let url = format!("http://{address}");
     let health = format!("{url}/healthz");

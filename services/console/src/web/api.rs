@@ -6,7 +6,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use consumer_tools::DltFilter;
 use consumer_tools::audit::{MAX_OPERATOR_LEN, operator_pattern};
-use http_api::{ApiError, FieldError, Problem, ValidJson, id_from_path};
+use http_api::{Admin, ApiError, FieldError, Problem, ValidJson, id_from_path};
 use idempotent_consumer::DltReason;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -254,15 +254,19 @@ fn operator_schema() -> Object {
 #[utoipa::path(post, path = "/api/dead-letters/{topic}/{partition}/{offset}/redrive", tag = "dead letters",
     params(("topic" = String, Path), ("partition" = i32, Path), ("offset" = i64, Path)),
     request_body = RedriveRequest,
+    security(("adminToken" = [])),
     responses(
         (status = 200, description = "What was done, or would be", body = RedriveResult),
         (status = 400, description = "An invalid partition or offset, or a body that is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not the admin token, or none is configured (CONSOLE_ADMIN_TOKEN)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such DLT or record", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Content-Type is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A body of the wrong shape, or an invalid operator", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The broker or a database did not answer", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn redrive(
+    _admin: Admin,
     State(console): State<Console>,
     path: Result<Path<(String, String, String)>, PathRejection>,
     ValidJson(request): ValidJson<RedriveRequest>,

@@ -8,12 +8,14 @@ mod pages; // the HTML page
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{FromRef, Request};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http_api::{problem_response, with_common_layers, with_openapi_pages};
+use http_api::{
+    AdminToken, declare_admin_scheme, problem_response, with_common_layers, with_openapi_pages,
+};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -26,6 +28,14 @@ pub struct Console {
     pub sources: Sources,
     /// The operator the redrive form suggests.
     pub operator: String,
+    /// What a redrive needs.
+    pub admin: AdminToken,
+}
+
+impl FromRef<Console> for AdminToken {
+    fn from_ref(console: &Console) -> Self {
+        console.admin.clone()
+    }
 }
 
 #[derive(OpenApi)]
@@ -62,7 +72,7 @@ async fn healthz() -> axum::Json<Alive> {
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn router(console: Console) -> Router {
-    let (api, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (api, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(api::get_journey))
         .routes(routes!(api::get_health))
         .routes(routes!(api::list_dead_letters))
@@ -70,6 +80,7 @@ pub fn router(console: Console) -> Router {
         .routes(routes!(api::redrive))
         .routes(routes!(healthz))
         .split_for_parts();
+    declare_admin_scheme(&mut document);
     let pages = Router::new()
         .route("/", get(pages::health_page))
         .route("/journey", get(pages::journey_page))
@@ -160,38 +171,62 @@ mod tests {
     use super::*;
     use crate::config::Cli;
 
-    /// The two ways to post a redrive: the JSON API and the page's form.
-    /// The topic is no DLT of the pipeline, so that a request the check
-    /// lets through is answered by its handler (404) before any I/O.
+    /// The console's admin token in these tests.
+    const TOKEN: &str = "t0ken";
+
+    /// The two ways to post a redrive: the JSON API and the page's form,
+    /// with the admin token. The topic is no DLT of the pipeline, so that a
+    /// request the checks let through is answered by its handler (404)
+    /// before any I/O.
     fn redrives(pairs: &[(&'static str, &'static str)]) -> [Request; 2] {
+        redrives_with(pairs, Some(TOKEN))
+    }
+
+    fn redrives_with(pairs: &[(&'static str, &'static str)], token: Option<&str>) -> [Request; 2] {
         let api = (
             "/api/dead-letters/not.a.dlt/0/0/redrive",
             "application/json",
-            r#"{"operator": "ana", "dryRun": true}"#,
+            r#"{"operator": "ana", "dryRun": true}"#.to_owned(),
         );
         let page = (
             "/dead-letters/not.a.dlt/0/0/redrive",
             "application/x-www-form-urlencoded",
-            "operator=ana&action=dry-run",
+            match token {
+                Some(token) => format!("operator=ana&action=dry-run&token={token}"),
+                None => "operator=ana&action=dry-run".to_owned(),
+            },
         );
         [api, page].map(|(uri, content_type, body)| {
+            let api = uri.starts_with("/api/");
             let mut request = Request::post(uri)
                 .header(header::CONTENT_TYPE, content_type)
                 .body(Body::from(body))
                 .unwrap_or_else(|e| panic!("{e}"));
             request.headers_mut().extend(headers(pairs));
+            if let (true, Some(token)) = (api, token) {
+                let bearer = format!("Bearer {token}")
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{e}"));
+                request.headers_mut().insert(header::AUTHORIZATION, bearer);
+            }
             request
         })
     }
 
     /// The console's answers to `requests`, with the default configuration
-    /// (nothing is connected until used).
+    /// (nothing is connected until used) and the admin token [`TOKEN`].
     async fn answers(requests: [Request; 2]) -> Vec<StatusCode> {
+        answers_with(requests, Some(TOKEN)).await
+    }
+
+    async fn answers_with(requests: [Request; 2], configured: Option<&str>) -> Vec<StatusCode> {
         let cli = Cli::try_parse_from(["entrega", "serve"]).unwrap_or_else(|e| panic!("{e}"));
         let sources = Sources::new(&cli.sources).unwrap_or_else(|e| panic!("{e}"));
+        let configured = configured.map(service_support::secret::Secret::new);
         let console = Console {
             sources,
             operator: "ana".to_owned(),
+            admin: AdminToken::new(configured.as_ref(), "CONSOLE_ADMIN_TOKEN"),
         };
         let mut statuses = Vec::new();
         for request in requests {
@@ -202,6 +237,31 @@ mod tests {
             statuses.push(response.status());
         }
         statuses
+    }
+
+    #[tokio::test]
+    async fn a_redrive_needs_the_admin_token() {
+        let own = [HOST, ("sec-fetch-site", "same-origin")];
+        assert_eq!(
+            answers(redrives_with(&own, None)).await,
+            [StatusCode::UNAUTHORIZED; 2],
+            "no token"
+        );
+        assert_eq!(
+            answers(redrives_with(&own, Some("t0ke"))).await,
+            [StatusCode::FORBIDDEN; 2],
+            "another token"
+        );
+        assert_eq!(
+            answers_with(redrives(&own), None).await,
+            [StatusCode::FORBIDDEN; 2],
+            "no token configured: every redrive refused"
+        );
+        assert_eq!(
+            answers(redrives(&own)).await,
+            [StatusCode::NOT_FOUND; 2],
+            "the token: the handler answers (no such DLT)"
+        );
     }
 
     const HOST: (&str, &str) = ("host", "127.0.0.1:8090");

@@ -375,6 +375,8 @@ fn letter_body(letter: &DeadLetter, operator: &str) -> Markup {
             form #redrive-form action=(action) method="post" {
                 label { "operator " input #operator name="operator" required value=(operator); }
                 " "
+                label { "admin token " input #token name="token" type="password" required autocomplete="off"; }
+                " "
                 button #redrive-dry-run type="submit" name="action" value="dry-run" { "Dry run" }
                 " "
                 button #redrive type="submit" name="action" value="redrive" { "Redrive" }
@@ -388,6 +390,9 @@ fn letter_body(letter: &DeadLetter, operator: &str) -> Markup {
 pub(super) struct RedriveForm {
     operator: String,
     action: String,
+    /// The console's admin token (CONSOLE_ADMIN_TOKEN).
+    #[serde(default)]
+    token: String,
 }
 
 pub(super) async fn redrive_page(
@@ -406,6 +411,16 @@ pub(super) async fn redrive_page(
             "the form needs operator and action",
         );
     };
+    if form.token.is_empty() {
+        return error_page(
+            StatusCode::UNAUTHORIZED,
+            "Redrive",
+            "a redrive needs the console's admin token",
+        );
+    }
+    if let Err(refused) = console.admin.admits(&form.token) {
+        return error_page(StatusCode::FORBIDDEN, "Redrive", &refused.to_string());
+    }
     let dry_run = match form.action.as_str() {
         "dry-run" => true,
         "redrive" => false,

@@ -381,6 +381,7 @@ async fn the_console_page_in_a_browser_and_every_services_docs_offline() {
     let output = tokio::process::Command::new("node")
         .arg(browser_tests.join("console.mjs"))
         .env("CONSOLE_URL", &url)
+        .env("ADMIN_TOKEN", test_support::ADMIN_TOKEN)
         .env("MESSAGE_ID", stuck_message.to_string())
         .env("ORDER_ID", stuck.to_string())
         .env("DOCS_URLS", docs)
