@@ -46,6 +46,102 @@ pub async fn migrate(pool: &PgPool, migrators: &[Migrator]) -> Result<(), Migrat
     Ok(())
 }
 
+/// Grants the parts of entrega their privileges on a migrated database, as
+/// its owner: the tables every service database has
+/// (migrations/grants/common.sql, to `service_role` and the relay's,
+/// console's and redrive's roles), then `own`, the service's file. One
+/// transaction; the roles must exist (migrations/roles.sql).
+pub async fn grant(pool: &PgPool, service_role: &str, own: &str) -> Result<(), sqlx::Error> {
+    let common = include_str!("../../../migrations/grants/common.sql");
+    // A multi-statement simple query is one implicit transaction.
+    let grants = format!("{}\n{own}", common.replace("{service}", service_role));
+    sqlx::raw_sql(&grants).execute(pool).await?;
+    Ok(())
+}
+
+/// A migration of this build that the database has not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub version: i64,
+    pub description: String,
+}
+
+impl std::fmt::Display for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:04} {}", self.version, self.description)
+    }
+}
+
+/// Why a service that does not migrate refuses its database.
+#[derive(Debug, thiserror::Error)]
+pub enum NotCurrent {
+    #[error(
+        "the database lacks migrations this build needs ({}); {variable} is set, so this \
+         service does not migrate: run `{command}` as the database's owner first",
+        pending.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    Behind {
+        pending: Vec<Pending>,
+        command: &'static str,
+        variable: &'static str,
+    },
+    #[error(
+        "cannot read which migrations the database has (the service's role needs select on _sqlx_migrations)"
+    )]
+    History(#[source] sqlx::Error),
+}
+
+/// Refuses a database that lacks any of `migrators`' migrations, naming
+/// them, the command that applies them and the variable that skipped it.
+pub async fn require_current(
+    pool: &PgPool,
+    migrators: &[Migrator],
+    command: &'static str,
+    variable: &'static str,
+) -> Result<(), NotCurrent> {
+    let pending = pending(pool, migrators)
+        .await
+        .map_err(NotCurrent::History)?;
+    if pending.is_empty() {
+        Ok(())
+    } else {
+        Err(NotCurrent::Behind {
+            pending,
+            command,
+            variable,
+        })
+    }
+}
+
+/// The migrations of `migrators` that the database has not applied (or
+/// whose application failed), in order: for a service that does not
+/// migrate, to refuse a schema older than its queries.
+pub async fn pending(pool: &PgPool, migrators: &[Migrator]) -> Result<Vec<Pending>, sqlx::Error> {
+    // sqlx's history table, not ours: absent until the first migration, and
+    // not in the schema the query macros are checked against.
+    let applied: Vec<i64> =
+        match sqlx::query_scalar("select version from _sqlx_migrations where success")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(applied) => applied,
+            Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("42P01") => {
+                Vec::new()
+            }
+            Err(error) => return Err(error),
+        };
+    Ok(migrators
+        .iter()
+        .flat_map(|migrator| migrator.iter())
+        .filter(|migration| migration.migration_type.is_up_migration())
+        .filter(|migration| !applied.contains(&migration.version))
+        .map(|migration| Pending {
+            version: migration.version,
+            description: migration.description.to_string(),
+        })
+        .collect())
+}
+
 /// One outbox row to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxMessage {

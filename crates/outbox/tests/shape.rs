@@ -49,3 +49,29 @@ async fn the_shared_set_builds_the_table_the_orders_history_built() {
     outbox::migrator().run(&built_by_history).await.unwrap();
     assert_eq!(shape(&built_by_history).await, expected);
 }
+
+#[tokio::test]
+async fn pending_names_what_a_database_lacks_and_nothing_once_migrated() {
+    let orders = outbox::with_outbox(sqlx::migrate!("../../migrations/orders"));
+    let (_database, pool) =
+        TestDatabase::create_migrated(&server(), "outbox_pending", &[], 2).await;
+    let all = outbox::pending(&pool, &orders).await.unwrap();
+    let versions: Vec<i64> = all.iter().map(|pending| pending.version).collect();
+    assert_eq!(
+        versions[0], 1,
+        "a new database lacks every migration: {all:?}"
+    );
+    assert!(versions.contains(&1000), "the outbox set too: {all:?}");
+    assert_eq!(all[0].to_string(), "0001 orders and outbox");
+
+    // Only the orders set applied: the outbox set's are what is left.
+    orders[0].run(&pool).await.unwrap();
+    let left = outbox::pending(&pool, &orders).await.unwrap();
+    assert!(
+        !left.is_empty() && left.iter().all(|pending| pending.version >= 1000),
+        "{left:?}"
+    );
+
+    outbox::migrate(&pool, &orders).await.unwrap();
+    assert_eq!(outbox::pending(&pool, &orders).await.unwrap(), []);
+}

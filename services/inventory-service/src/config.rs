@@ -116,6 +116,15 @@ pub enum Command {
     Dlt(DltCommand),
     /// Delete mensagem_processada rows older than the retention, in batches.
     Retention,
+    /// Apply the inventory database's migrations and exit: run as the
+    /// database's owner, then serve with INVENTORY_NO_MIGRATE as a role
+    /// that owns nothing (docs/security.md, "Least privilege").
+    Migrate {
+        /// Apply the migrations only: no grants to the roles of
+        /// migrations/roles.sql (the deployment grants its own way).
+        #[arg(long)]
+        no_grants: bool,
+    },
 }
 
 consumer_tools::consumer_args!(

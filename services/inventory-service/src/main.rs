@@ -37,6 +37,13 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some(Command::Migrate { no_grants }) => {
+            let pool =
+                startup::connect(&cli.common, 1, std::time::Duration::from_secs(600)).await?;
+            startup::migrate(&pool, !no_grants).await?;
+            tracing::info!(database = %cli.common.database_url, grants = !no_grants, "the inventory database is migrated");
+            Ok(())
+        }
         Some(Command::Retention) => {
             let pool = startup::connect(&cli.common, 2, std::time::Duration::from_secs(60)).await?;
             let deleted = tools::retention::run(

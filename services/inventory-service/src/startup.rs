@@ -29,6 +29,13 @@ pub enum StartupError {
     },
     #[error("cannot apply the inventory database migrations")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the inventory database is not current")]
+    NotCurrent(#[from] outbox::NotCurrent),
+    #[error(
+        "cannot grant the roles their privileges on the inventory database: do the roles of \
+         migrations/roles.sql exist (an administrator makes them once per cluster)?"
+    )]
+    Grant(#[source] sqlx::Error),
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error(transparent)]
@@ -37,6 +44,20 @@ pub enum StartupError {
     Consumer(#[from] ServeError),
     #[error(transparent)]
     Secret(#[from] SecretError),
+}
+
+/// `<service> migrate`: the migrations, then (with `grants`) the grants of
+/// migrations/grants/ to the roles of migrations/roles.sql. As the
+/// database's owner.
+pub async fn migrate(pool: &PgPool, grants: bool) -> Result<(), StartupError> {
+    outbox::migrate(pool, &migrations()).await?;
+    if grants {
+        let own = include_str!("../../../migrations/grants/inventory.sql");
+        outbox::grant(pool, "entrega_inventory_service", own)
+            .await
+            .map_err(StartupError::Grant)?;
+    }
+    Ok(())
 }
 
 /// The database pool every command uses: SQL statements time out (a
@@ -95,7 +116,15 @@ impl Application {
     ) -> Result<Self, StartupError> {
         let admin = AdminToken::new(serve.admin_token()?.as_ref(), "INVENTORY_ADMIN_TOKEN");
         let pool = connect(common, serve.db_pool_size, serve.statement_timeout).await?;
-        if !serve.no_migrate {
+        if serve.no_migrate {
+            outbox::require_current(
+                &pool,
+                &migrations(),
+                "inventory-service migrate",
+                "INVENTORY_NO_MIGRATE",
+            )
+            .await?;
+        } else {
             outbox::migrate(&pool, &migrations()).await?;
         }
         let listener = serving::bind(serve.http_addr).await?;

@@ -27,6 +27,14 @@ async fn main() -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        Some(Command::Migrate { no_grants }) => {
+            let pool = order_service::startup::connect(&config)
+                .await
+                .context("cannot connect to the orders database")?;
+            order_service::startup::migrate(&pool, !no_grants).await?;
+            tracing::info!(database = %config.database_url, grants = !no_grants, "the orders database is migrated");
+            return Ok(());
+        }
         Some(Command::Retention) => {
             let options = config.status.options();
             let kafka = options

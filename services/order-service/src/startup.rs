@@ -29,6 +29,13 @@ pub enum StartupError {
     },
     #[error("cannot apply the orders database migrations")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the orders database is not current")]
+    NotCurrent(#[from] outbox::NotCurrent),
+    #[error(
+        "cannot grant the roles their privileges on the orders database: do the roles of \
+         migrations/roles.sql exist (an administrator makes them once per cluster)?"
+    )]
+    Grant(#[source] sqlx::Error),
     #[error(transparent)]
     Bind(#[from] BindError),
 }
@@ -52,6 +59,20 @@ pub fn migrations() -> [Migrator; 3] {
 /// How often expired idempotency keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(600);
 const PURGE_BATCH: i64 = 1_000;
+
+/// `<service> migrate`: the migrations, then (with `grants`) the grants of
+/// migrations/grants/ to the roles of migrations/roles.sql. As the
+/// database's owner.
+pub async fn migrate(pool: &PgPool, grants: bool) -> Result<(), StartupError> {
+    outbox::migrate(pool, &migrations()).await?;
+    if grants {
+        let own = include_str!("../../../migrations/grants/orders.sql");
+        outbox::grant(pool, "entrega_order_service", own)
+            .await
+            .map_err(StartupError::Grant)?;
+    }
+    Ok(())
+}
 
 /// The database pool every command uses: SQL statements time out (a lock
 /// held elsewhere fails the statement instead of hanging it).
@@ -90,7 +111,15 @@ impl Application {
     /// until [`Application::run_until_stopped`].
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         let pool = connect(&config).await?;
-        if !config.no_migrate {
+        if config.no_migrate {
+            outbox::require_current(
+                &pool,
+                &migrations(),
+                "order-service migrate",
+                "ORDER_NO_MIGRATE",
+            )
+            .await?;
+        } else {
             outbox::migrate(&pool, &migrations()).await?;
         }
         let listener = serving::bind(config.http_addr).await?;

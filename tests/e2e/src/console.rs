@@ -21,16 +21,36 @@ pub fn console_args(pipeline: &Pipeline) -> Vec<String> {
     .map(|(name, url)| format!("{name}={url}"))
     .collect::<Vec<_>>()
     .join(",");
-    vec![
-        "--orders-database-url".to_owned(),
-        pipeline.endpoints.orders_url.clone(),
-        "--inventory-database-url".to_owned(),
-        pipeline.endpoints.inventory_url.clone(),
+    let (orders, inventory) = (
+        &pipeline.endpoints.orders_url,
+        &pipeline.endpoints.inventory_url,
+    );
+    let mut args = vec![
         "--bootstrap-servers".to_owned(),
         pipeline.broker.address().to_owned(),
         "--services".to_owned(),
         services,
-    ]
+    ];
+    match &pipeline.least_privilege {
+        // Inspection as the read-only role, the audit as the redrive role.
+        Some(roles) => args.extend([
+            "--orders-database-url".to_owned(),
+            roles.console.url(orders),
+            "--inventory-database-url".to_owned(),
+            roles.console.url(inventory),
+            "--orders-redrive-database-url".to_owned(),
+            roles.redrive.url(orders),
+            "--inventory-redrive-database-url".to_owned(),
+            roles.redrive.url(inventory),
+        ]),
+        None => args.extend([
+            "--orders-database-url".to_owned(),
+            orders.clone(),
+            "--inventory-database-url".to_owned(),
+            inventory.clone(),
+        ]),
+    }
+    args
 }
 
 /// What a run of the CLI printed.

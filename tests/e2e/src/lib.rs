@@ -15,6 +15,7 @@ pub mod invariants; // what must hold at the end of every scenario
 pub mod load; // placing orders through the order service's API
 pub mod pipeline; // brokers, databases and service processes
 pub mod report; // the per-scenario line and its record
+pub mod roles; // least privilege: an owner that migrates, a role per part
 
 pub use invariants::Outcome;
 pub use pipeline::{Pipeline, PipelineOptions};

@@ -10,6 +10,7 @@ use test_support::broker::{PrivateBroker, SecureBroker};
 use test_support::tls::TestCa;
 
 use crate::containers::{BrokerContainer, PostgresContainer};
+use crate::roles::LeastPrivilege;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::create_topic;
@@ -122,6 +123,9 @@ pub struct PipelineOptions {
     /// With `own_postgres`: the cluster accepts only TLS, and every service
     /// connects with `sslmode=verify-full` against the run's CA.
     pub postgres_tls: bool,
+    /// The databases owned and migrated by a role of their own, and every
+    /// part logged in as a role that owns nothing ([`LeastPrivilege`]).
+    pub least_privilege: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -150,6 +154,7 @@ impl Default for PipelineOptions {
             environment: Vec::new(),
             secure: false,
             postgres_tls: false,
+            least_privilege: false,
         }
     }
 }
@@ -163,9 +168,33 @@ pub struct Endpoints {
     pub retain_published: bool,
     pub relay_mode: RelayMode,
     pub environment: Vec<(&'static str, String)>,
+    /// The URLs of the parts that log in as roles of their own; `None`: all
+    /// use `orders_url` and `inventory_url`.
+    pub parts: Option<PartUrls>,
+}
+
+/// Where each part logs in, with least privilege.
+#[derive(Debug, Clone)]
+pub struct PartUrls {
+    pub order_service: String,
+    pub inventory_service: String,
+    pub relay_orders: String,
+    pub relay_inventory: String,
 }
 
 impl Endpoints {
+    /// The database URL `kind` logs in with.
+    fn database_url(&self, kind: Kind) -> &str {
+        match (&self.parts, kind) {
+            (Some(parts), Kind::Orders) => &parts.order_service,
+            (Some(parts), Kind::Relay) => &parts.relay_orders,
+            (Some(parts), Kind::Inventory) => &parts.inventory_service,
+            (Some(parts), Kind::InventoryRelay) => &parts.relay_inventory,
+            (None, Kind::Orders | Kind::Relay) => &self.orders_url,
+            (None, Kind::Inventory | Kind::InventoryRelay) => &self.inventory_url,
+        }
+    }
+
     fn args(&self, kind: Kind, http: &str) -> Vec<String> {
         let list = |items: &[&str]| {
             items
@@ -176,7 +205,7 @@ impl Endpoints {
         match kind {
             Kind::Orders => list(&[
                 "--database-url",
-                &self.orders_url,
+                self.database_url(kind),
                 "--http-addr",
                 http,
                 "--bootstrap-servers",
@@ -185,10 +214,11 @@ impl Endpoints {
                 &format!("{}s", SESSION_TIMEOUT.as_secs()),
             ]),
             Kind::Relay | Kind::InventoryRelay => {
-                let (database, topic) = if kind == Kind::Relay {
-                    (&self.orders_url, TOPIC)
+                let database = self.database_url(kind);
+                let topic = if kind == Kind::Relay {
+                    TOPIC
                 } else {
-                    (&self.inventory_url, BACK_TOPIC)
+                    BACK_TOPIC
                 };
                 let mut args = list(&[
                     "--database-url",
@@ -220,7 +250,7 @@ impl Endpoints {
             }
             Kind::Inventory => list(&[
                 "--database-url",
-                &self.inventory_url,
+                self.database_url(kind),
                 "--bootstrap-servers",
                 &self.broker,
                 "--http-addr",
@@ -381,6 +411,9 @@ pub struct Pipeline {
     pub orders: PgPool,
     _inventory_db: TestDatabase,
     pub inventory: PgPool,
+    /// The roles of a least-privilege pipeline; after the databases, so
+    /// that they are dropped after them.
+    pub least_privilege: Option<LeastPrivilege>,
     pub order_service: Running,
     pub relays: Vec<Running>,
     pub consumers: Vec<Running>,
@@ -449,13 +482,35 @@ impl Pipeline {
         };
         let orders_db = TestDatabase::create(&orders_server, "e2e_orders").await;
         let inventory_db = TestDatabase::create(&inventory_server, "e2e_inventory").await;
+        let mut environment = options.environment;
+        let least_privilege = if options.least_privilege {
+            let roles = LeastPrivilege::set_up(
+                &orders_db,
+                &inventory_db,
+                options.relay_mode == RelayMode::Cdc,
+            )
+            .await;
+            environment.extend([
+                ("ORDER_NO_MIGRATE", "true".to_owned()),
+                ("INVENTORY_NO_MIGRATE", "true".to_owned()),
+            ]);
+            Some(roles)
+        } else {
+            None
+        };
         let endpoints = Endpoints {
             broker: broker.address().to_owned(),
             orders_url: orders_db.url(),
             inventory_url: inventory_db.url(),
             retain_published: options.retain_published,
             relay_mode: options.relay_mode,
-            environment: options.environment,
+            environment,
+            parts: least_privilege.as_ref().map(|roles| PartUrls {
+                order_service: roles.order_service.url(&orders_db.url()),
+                inventory_service: roles.inventory_service.url(&inventory_db.url()),
+                relay_orders: roles.relay.url(&orders_db.url()),
+                relay_inventory: roles.relay.url(&inventory_db.url()),
+            }),
         };
         let order_service = endpoints.spawn(Kind::Orders, &[]).await;
         let connect = |db: &TestDatabase| {
@@ -484,6 +539,7 @@ impl Pipeline {
             orders,
             inventory: connect(&inventory_db).await,
             _inventory_db: inventory_db,
+            least_privilege,
             order_service,
             relays: Vec::new(),
             consumers: Vec::new(),

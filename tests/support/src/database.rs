@@ -72,18 +72,7 @@ impl TestDatabase {
     /// trusts no one: a role without a password could not log in there.
     /// Dropping the role is the caller's.
     pub async fn login_role(&self, role: &str) -> String {
-        let password = uuid::Uuid::new_v4().simple().to_string();
-        let mut admin = PgConnection::connect_with(&self.options).await.unwrap();
-        admin
-            .execute(format!(r#"create role "{role}" login password '{password}'"#).as_str())
-            .await
-            .unwrap();
-        admin.close().await.unwrap();
-        let mut url = url::Url::parse(&self.url).expect("a PostgreSQL URL");
-        url.set_username(role).expect("a URL with a user name");
-        url.set_password(Some(&password))
-            .expect("a URL with a password");
-        url.to_string()
+        create_login(&self.options, role, "").await.url(&self.url)
     }
 
     pub async fn drop_now(&self) {
@@ -117,6 +106,99 @@ async fn drop_database(maintenance: &PgConnectOptions, name: &str) {
         let _ = admin
             .execute(format!(r#"drop database if exists "{name}" with (force)"#).as_str())
             .await;
+    }
+}
+
+/// A role that may log in, with its password.
+#[derive(Debug, Clone)]
+pub struct Login {
+    pub name: String,
+    pub password: String,
+}
+
+impl Login {
+    /// `database_url` (a URL of a database on the role's server) as this role.
+    pub fn url(&self, database_url: &str) -> String {
+        let mut url = url::Url::parse(database_url).expect("a PostgreSQL URL");
+        url.set_username(&self.name)
+            .expect("a URL with a user name");
+        url.set_password(Some(&self.password))
+            .expect("a URL with a password");
+        url.to_string()
+    }
+}
+
+/// `create role <name> login password '…' <attributes>` on the server of
+/// `admin` (a superuser's options).
+async fn create_login(admin: &PgConnectOptions, name: &str, attributes: &str) -> Login {
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    let mut connection = PgConnection::connect_with(admin).await.unwrap();
+    connection
+        .execute(
+            format!(r#"create role "{name}" login password '{password}' {attributes}"#).as_str(),
+        )
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+    Login {
+        name: name.to_owned(),
+        password,
+    }
+}
+
+/// Log-in roles made for one test on one server, dropped with the value.
+/// Drop it after the test's databases: a role that owns a database, or
+/// holds a privilege in one, cannot be dropped.
+#[derive(Debug)]
+pub struct TestRoles {
+    admin: PgConnectOptions,
+    prefix: String,
+    names: Vec<String>,
+}
+
+impl TestRoles {
+    /// Roles on `database`'s server, named `<prefix>_<random>_<name>`.
+    pub fn on(database: &TestDatabase, prefix: &str) -> Self {
+        Self {
+            admin: database.options.clone(),
+            prefix: format!(
+                "{prefix}_{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
+            names: Vec::new(),
+        }
+    }
+
+    /// A new log-in role; `attributes` follow `create role … login
+    /// password '…'` (e.g. `in role entrega_relay replication`).
+    pub async fn login(&mut self, name: &str, attributes: &str) -> Login {
+        let name = format!("{}_{name}", self.prefix);
+        let login = create_login(&self.admin, &name, attributes).await;
+        self.names.push(name);
+        login
+    }
+}
+
+impl Drop for TestRoles {
+    fn drop(&mut self) {
+        let admin = self.admin.clone().database("postgres");
+        let names = std::mem::take(&mut self.names);
+        let _ = std::thread::spawn(move || {
+            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                runtime.block_on(async {
+                    if let Ok(mut connection) = PgConnection::connect_with(&admin).await {
+                        for name in names {
+                            let drop = format!(r#"drop role if exists "{name}""#);
+                            let _ = connection.execute(drop.as_str()).await;
+                        }
+                    }
+                });
+            }
+        })
+        .join();
     }
 }
 

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
-fn server_url() -> String {
+pub(crate) fn server_url() -> String {
     std::env::var("ORDER_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/orders".to_owned())
 }
@@ -269,4 +269,30 @@ pub(crate) fn order_body(customer: &str, items: &[(&str, i64)]) -> Value {
         "customerId": customer,
         "items": items.iter().map(|(sku, quantity)| serde_json::json!({"sku": sku, "quantity": quantity})).collect::<Vec<_>>(),
     })
+}
+
+/// Runs the order service binary to its exit (no status consumer, any free
+/// port); one that serves instead is killed after a minute, failing the test.
+pub(crate) async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("RUST_LOG", "warn")
+        .env("ORDER_HTTP_ADDR", "127.0.0.1:0")
+        .env("ORDER_NO_STATUS_CONSUMER", "true")
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(std::time::Duration::from_secs(60), run)
+        .await
+        .expect("it exits instead of serving")
+        .unwrap()
+}
+
+/// What a run printed, stdout and stderr.
+pub(crate) fn printed(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }

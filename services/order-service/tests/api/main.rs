@@ -11,6 +11,7 @@ mod cancel;
 mod create_order;
 mod helpers;
 mod idempotency;
+mod migrations;
 mod operations;
 mod secrets;
 mod status;

@@ -1,26 +1,7 @@
 //! Passwords never reach the terminal: not when a URL is refused, not
 //! when the database refuses the password, not in `--help`.
 
-use std::process::Output;
-
-async fn order_service(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_order-service"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env("RUST_LOG", "warn")
-        .env("ORDER_HTTP_ADDR", "127.0.0.1:0")
-        .output()
-        .await
-        .unwrap()
-}
-
-fn printed(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use crate::helpers::{printed, run_to_exit as order_service};
 
 /// The reproduction of a leak: clap's message for a value its parser
 /// refused quoted the value, `invalid value 'postgres://app:s3cret@…'`.

@@ -2,7 +2,8 @@
 //! override that swaps each image for its stand-in (compose/README.md),
 //! brought up with the Compose tool; orders placed on 127.0.0.1:8080 end
 //! CONFIRMED or REJECTED through the whole stack, Prometheus scrapes every
-//! service, and the stack comes down with its volumes.
+//! service, no service is connected to PostgreSQL as a superuser or as the
+//! databases' owner, and the stack comes down with its volumes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -15,6 +16,8 @@ use test_support::process::free_port;
 const ORDER_API: &str = "http://127.0.0.1:8080";
 const INVENTORY_API: &str = "http://127.0.0.1:8081";
 const PROMETHEUS: &str = "http://127.0.0.1:9090";
+/// The password of the stack's database roles.
+const DB_PASSWORD: &str = "compose-test-password";
 
 fn compose_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../compose")
@@ -45,6 +48,7 @@ impl Stack {
             // The machine's own PostgreSQL may hold 5432 on loopback.
             .env("ENTREGA_POSTGRES_PORT", self.postgres_port.to_string())
             .env("INVENTORY_ADMIN_TOKEN", test_support::ADMIN_TOKEN)
+            .env("ENTREGA_DB_PASSWORD", DB_PASSWORD)
             .output()
             .unwrap_or_else(|e| panic!("{tool} runs (scripts/docker up installs it): {e}"));
         print!("{}", String::from_utf8_lossy(&output.stdout));
@@ -159,6 +163,42 @@ async fn the_compose_stack_reserves_orders_and_prometheus_scrapes_every_service(
         },
     )
     .await;
+    // Who is connected: every session of the stack's services is a role of
+    // its own, none a superuser or the owner (which only migrated).
+    let sessions = stack.compose(&[
+        "exec",
+        "-T",
+        "postgres",
+        "psql",
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+        "-At",
+        "-c",
+        "select distinct a.usename || ' ' || r.rolsuper from pg_stat_activity a \
+         join pg_roles r on r.rolname = a.usename \
+         where a.datname in ('orders', 'inventory') and a.backend_type = 'client backend' \
+         and a.pid <> pg_backend_pid() order by 1",
+    ]);
+    let sessions = String::from_utf8_lossy(&sessions.stdout).into_owned();
+    let sessions: Vec<&str> = sessions.lines().collect();
+    assert_eq!(
+        sessions,
+        [
+            "inventory_service false",
+            "order_service false",
+            "outbox_relay false"
+        ],
+        "the services' sessions"
+    );
+    // The roles and grants, as an operator would look at them.
+    for database in ["orders", "inventory"] {
+        stack.compose(&[
+            "exec", "-T", "postgres", "psql", "-U", "postgres", "-d", database, "-c", "\\du", "-c",
+            "\\dp",
+        ]);
+    }
     println!(
         "compose: orders={} confirmed={confirmed} rejected={rejected} prometheus_targets_up={}",
         placed.len(),

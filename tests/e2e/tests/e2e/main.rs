@@ -12,6 +12,7 @@ mod console;
 mod consumers;
 mod databases;
 mod happy_path;
+mod least_privilege;
 mod ops_config;
 mod poison;
 mod relays;
