@@ -35,6 +35,7 @@ pub fn speaks_tls(server: &str, timeout: Duration) -> bool {
         return false;
     };
     let host = server.rsplit_once(':').map_or(server, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     addresses
         .take(4)
         .any(|address| answer_is_tls(&address, host, timeout).unwrap_or(false))
@@ -152,7 +153,7 @@ mod tests {
 
     #[test]
     fn the_hello_is_one_well_formed_record() {
-        for host in ["broker.example.com", "127.0.0.1", ""] {
+        for host in ["broker.example.com", "127.0.0.1", "::1", ""] {
             let hello = client_hello(host);
             assert_eq!(&hello[..3], &[HANDSHAKE, 3, 1]);
             let record = usize::from(u16::from_be_bytes([hello[3], hello[4]]));
