@@ -32,12 +32,15 @@ fn inventory_server() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/inventory".to_owned())
 }
 
-/// A fresh, migrated inventory database with plenty of stock.
+/// A fresh inventory database with plenty of stock, migrated as the
+/// service migrates it (it serves with --no-migrate, which refuses a
+/// database that lacks any of its migrations).
 async fn database() -> (TestDatabase, PgPool) {
+    let [own, outbox] = outbox::with_outbox(sqlx::migrate!("../../migrations/inventory"));
     let (database, pool) = TestDatabase::create_migrated(
         &inventory_server(),
         "bench_inventory",
-        &outbox::with_outbox(sqlx::migrate!("../../migrations/inventory")),
+        &[own, outbox, idempotent_consumer::migrator()],
         8,
     )
     .await;
