@@ -26,6 +26,23 @@ pub const PARTITIONS: i32 = 6;
 /// Short, so a killed consumer's partitions move quickly.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
+/// Runs one of the project's binaries with `args` to its exit, which must
+/// be a success (a CLI command: a migration, a redrive).
+pub async fn run_to_success(name: &str, args: &[&str]) {
+    let output = tokio::process::Command::new(binary(name))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        // Not the arguments: a database URL in them may carry a password.
+        "{name} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The service binaries built next to this test (`cargo build --workspace`).
 pub fn binary(name: &str) -> String {
     let exe = std::env::current_exe().expect("the test's own path");
@@ -67,6 +84,23 @@ pub struct Running {
 }
 
 impl Running {
+    /// Waits until `path` (`/healthz`, `/readyz`) answers 2xx, up to a minute.
+    pub async fn wait_for(&self, path: &str) {
+        let url = format!("{}{path}", self.http);
+        eventually(
+            &format!("{url} answers"),
+            Duration::from_secs(60),
+            || async {
+                reqwest::get(&url)
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .map(|_| ())
+            },
+        )
+        .await;
+    }
+
     pub async fn metric(&self, prefix: &str) -> Option<f64> {
         let text = reqwest::get(format!("{}/metrics", self.http))
             .await
@@ -294,19 +328,7 @@ impl Endpoints {
             service: Service::start(name, &binary(name), &args, &envs),
             http: format!("http://{http}"),
         };
-        let url = format!("{}/healthz", running.http);
-        eventually(
-            &format!("{name} answers"),
-            Duration::from_secs(60),
-            || async {
-                reqwest::get(&url)
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-                    .map(|_| ())
-            },
-        )
-        .await;
+        running.wait_for("/healthz").await;
         running
     }
 }
@@ -569,19 +591,22 @@ impl Pipeline {
     /// Redrives the inventory's dead letters of `reason` with its CLI
     /// (`inventory-service dlt redrive`), which must succeed.
     pub async fn redrive(&self, reason: &str) {
-        let output = tokio::process::Command::new(binary("inventory-service"))
-            .args(["--database-url", &self.endpoints.inventory_url])
-            .args(["--bootstrap-servers", self.broker.address()])
-            .args(["dlt", "redrive", "--reason", reason, "--rate", "100"])
-            .env("RUST_LOG", "warn")
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "redrive: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        run_to_success(
+            "inventory-service",
+            &[
+                "--database-url",
+                &self.endpoints.inventory_url,
+                "--bootstrap-servers",
+                self.broker.address(),
+                "dlt",
+                "redrive",
+                "--reason",
+                reason,
+                "--rate",
+                "100",
+            ],
+        )
+        .await;
     }
 
     pub async fn start_consumer(&mut self) {

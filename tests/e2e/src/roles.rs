@@ -7,7 +7,7 @@
 use sqlx::{Connection, Executor, PgConnection};
 use test_support::database::{Login, TestDatabase, TestRoles};
 
-use crate::pipeline::binary;
+use crate::pipeline::run_to_success;
 
 /// The log-in roles of one pipeline.
 #[derive(Debug)]
@@ -48,8 +48,13 @@ impl LeastPrivilege {
             admin.execute(alter.as_str()).await.unwrap();
         }
         admin.close().await.unwrap();
-        migrate("order-service", &owner.url(&orders.url())).await;
-        migrate("inventory-service", &owner.url(&inventory.url())).await;
+        for (service, database) in [("order-service", orders), ("inventory-service", inventory)] {
+            run_to_success(
+                service,
+                &["--database-url", &owner.url(&database.url()), "migrate"],
+            )
+            .await;
+        }
         let relay_attributes = if replication {
             "in role entrega_relay replication"
         } else {
@@ -67,19 +72,4 @@ impl LeastPrivilege {
             _roles: roles,
         }
     }
-}
-
-/// `<service> migrate` as the owner, which must succeed.
-async fn migrate(service: &str, url: &str) {
-    let output = tokio::process::Command::new(binary(service))
-        .args(["--database-url", url, "migrate"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{service} migrate: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }

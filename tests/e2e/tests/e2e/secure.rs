@@ -12,7 +12,6 @@ use e2e::pipeline::{BACK_DLT, BACK_TOPIC, DLT, PARTITIONS, SecureSetup, TOPIC, b
 use e2e::report::{assert_sound, report};
 use e2e::{Pipeline, PipelineOptions};
 use test_support::database::TestDatabase;
-use test_support::eventually::eventually;
 use test_support::kafka::create_topic;
 use test_support::tls::TlsProxy;
 
@@ -29,18 +28,7 @@ async fn over_sasl_ssl_every_service_is_ready_and_every_order_gets_exactly_one_o
         .chain(&pipeline.consumers)
         .chain(&pipeline.inventory_relays);
     for service in services {
-        let url = format!("{}/readyz", service.http);
-        eventually(
-            &format!("{url} is ready"),
-            Duration::from_secs(60),
-            || async {
-                reqwest::get(&url)
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-            },
-        )
-        .await;
+        service.wait_for("/readyz").await;
     }
 
     let placed = place_orders(&pipeline.order_service.http, 300, 8, 1).await;
