@@ -16,7 +16,8 @@ begin
         'entrega_inventory_service', -- the inventory service, in the inventory database
         'entrega_relay',             -- outbox-relay, in both
         'entrega_console',           -- the console's inspection: reads only
-        'entrega_redrive'            -- the redrive audit: one insert
+        'entrega_redrive',           -- the redrive audit: one insert
+        'entrega_debezium'           -- Debezium's connector, in place of the relay: reads the outbox
     ] loop
         begin
             if not exists (select from pg_roles where rolname = name) then

@@ -20,3 +20,6 @@ create role outbox_relay login password :'password' replication in role entrega_
 create role console login password :'password' in role entrega_console;
 alter role console set default_transaction_read_only = on;
 create role console_redrive login password :'password' in role entrega_redrive;
+-- Debezium's connectors (the debezium profile), in place of the relays:
+-- they read the outbox and stream the publication `migrate` made.
+create role debezium login password :'password' replication in role entrega_debezium;

@@ -35,8 +35,16 @@ grant select on outbox_delivery, mensagem_processada, dlt_redrive to entrega_con
 -- one insert, checked with has_table_privilege (a table-level grant).
 grant insert on dlt_redrive to entrega_redrive;
 
+-- Debezium, in place of the relay (debezium/*.json): its snapshot reads
+-- the outbox (select, and lock … in access share mode, which needs select);
+-- it streams through the publication below and writes nothing. Its login
+-- needs REPLICATION as well. A table grant: its snapshot selects every
+-- column it does not exclude, and the EventRouter needs none of the others.
+grant select on outbox to entrega_debezium;
+
 -- CDC mode: the publication a relay streams (its default name,
--- RELAY_CDC_PUBLICATION). Only the table's owner may create it; a relay
+-- RELAY_CDC_PUBLICATION), and Debezium's (publication.autocreate.mode
+-- disabled). Only the table's owner may create it; a relay
 -- that finds it creates nothing. Its login needs REPLICATION as well
 -- (alter role … replication: an attribute, which membership does not pass on).
 do $$

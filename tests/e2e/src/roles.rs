@@ -21,6 +21,9 @@ pub struct LeastPrivilege {
     pub relay: Login,
     pub console: Login,
     pub redrive: Login,
+    /// Debezium's connectors, in place of the relays: a replication login
+    /// that may only read the outbox.
+    pub debezium: Login,
     _roles: TestRoles,
 }
 
@@ -68,6 +71,9 @@ impl LeastPrivilege {
             relay: roles.login("relay", relay_attributes).await,
             console: roles.login("console", "in role entrega_console").await,
             redrive: roles.login("redrive", "in role entrega_redrive").await,
+            debezium: roles
+                .login("debezium", "in role entrega_debezium replication")
+                .await,
             owner,
             _roles: roles,
         }

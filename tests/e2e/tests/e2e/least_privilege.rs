@@ -18,7 +18,7 @@ use e2e::report::{assert_sound, report};
 use e2e::roles::LeastPrivilege;
 use e2e::{Pipeline, PipelineOptions};
 use sqlx::{Connection, PgConnection};
-use test_support::database::Login;
+use test_support::database::{Login, TestDatabase};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_part_runs_as_a_role_that_owns_nothing_with_exactly_the_documented_grants() {
@@ -101,6 +101,158 @@ async fn the_cdc_relay_streams_as_a_replication_role_that_owns_nothing() {
     pipeline.stop().await;
 }
 
+/// Debezium in place of the relays (debezium/*.json; compose's debezium
+/// profile). No Kafka Connect can run here, so this does, as the
+/// connectors' login and in each database, what Debezium 3's PostgreSQL
+/// connector does there: its start-up role check, the publication it is
+/// told to use and may not create (`publication.autocreate.mode=disabled`),
+/// a pgoutput stream of that publication, the snapshot and the heartbeat —
+/// and checks that the login may do nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn debeziums_login_streams_the_owners_publication_reads_the_outbox_and_nothing_more() {
+    let server = std::env::var("ENTREGA_CDC_POSTGRES_URL")
+        .expect("ENTREGA_CDC_POSTGRES_URL is not set: run the tests through scripts/test");
+    let orders = TestDatabase::create(&server, "dbz_orders").await;
+    let inventory = TestDatabase::create(&server, "dbz_inventory").await;
+    let roles = LeastPrivilege::set_up(&orders, &inventory, true).await;
+    let connectors = [
+        (
+            include_str!("../../../../debezium/outbox-connector.json"),
+            &orders,
+            &roles.order_service,
+            "select * from orders",
+        ),
+        (
+            include_str!("../../../../debezium/inventory-outbox-connector.json"),
+            &inventory,
+            &roles.inventory_service,
+            "select * from stock",
+        ),
+    ];
+    for (connector, database, service, elsewhere) in connectors {
+        let connector: serde_json::Value = serde_json::from_str(connector).unwrap();
+        let config = &connector["config"];
+        assert_eq!(config["publication.autocreate.mode"], "disabled");
+        let publication = config["publication.name"].as_str().unwrap();
+        let url = roles.debezium.url(&database.url());
+        let mut debezium = PgConnection::connect(&url).await.unwrap();
+
+        // PostgresConnector.checkLoginReplicationRoles.
+        let (login, replication): (bool, bool) = sqlx::query_as(
+            "select rolcanlogin, rolreplication from pg_roles where rolname = current_user",
+        )
+        .fetch_one(&mut debezium)
+        .await
+        .unwrap();
+        assert!(login && replication, "{}", roles.debezium.name);
+        // PostgresReplicationConnection.initPublication: with autocreation
+        // disabled the publication must exist; migrate made it, for the
+        // outbox alone.
+        let all_tables: Option<bool> =
+            sqlx::query_scalar("select puballtables from pg_publication where pubname = $1")
+                .bind(publication)
+                .fetch_optional(&mut debezium)
+                .await
+                .unwrap();
+        assert_eq!(all_tables, Some(false), "publication {publication}");
+        let tables: Vec<String> = sqlx::query_scalar(
+            "select tablename::text from pg_publication_tables where pubname = $1",
+        )
+        .bind(publication)
+        .fetch_all(&mut debezium)
+        .await
+        .unwrap();
+        assert_eq!(tables, ["outbox"]);
+
+        // The stream: the connector makes its slot over the replication
+        // protocol; the SQL functions need the same REPLICATION attribute.
+        let slot = format!("dbz_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput')")
+            .bind(&slot)
+            .execute(&mut debezium)
+            .await
+            .unwrap();
+        let id = uuid::Uuid::now_v7();
+        let mut writer = PgConnection::connect(&service.url(&database.url()))
+            .await
+            .unwrap();
+        sqlx::query(
+            "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+             values ($1, 'pedido', 'debezium-test', 'PedidoCriado', '{}')",
+        )
+        .bind(id)
+        .execute(&mut writer)
+        .await
+        .unwrap();
+        writer.close().await.unwrap();
+        let changes: Vec<Vec<u8>> = sqlx::query_scalar(
+            "select data from pg_logical_slot_get_binary_changes($1, null, null,
+                 'proto_version', '1', 'publication_names', $2)",
+        )
+        .bind(&slot)
+        .bind(publication)
+        .fetch_all(&mut debezium)
+        .await
+        .unwrap();
+        sqlx::query("select pg_drop_replication_slot($1)")
+            .bind(&slot)
+            .execute(&mut debezium)
+            .await
+            .unwrap();
+        let needle = id.to_string().into_bytes();
+        assert!(
+            changes
+                .iter()
+                .any(|change| change.windows(needle.len()).any(|w| w == needle)),
+            "the stream of {publication} does not carry the inserted row {id}"
+        );
+
+        // The snapshot (PostgresSnapshotChangeEventSource, locking mode
+        // shared), then the heartbeat's action query.
+        sqlx::raw_sql(
+            "begin isolation level repeatable read, read only;
+             lock table outbox in access share mode;",
+        )
+        .execute(&mut debezium)
+        .await
+        .unwrap();
+        let snapshot: Vec<uuid::Uuid> = sqlx::query_scalar("select id from outbox")
+            .fetch_all(&mut debezium)
+            .await
+            .unwrap();
+        sqlx::raw_sql("commit")
+            .execute(&mut debezium)
+            .await
+            .unwrap();
+        assert_eq!(snapshot, [id]);
+        sqlx::raw_sql(config["heartbeat.action.query"].as_str().unwrap())
+            .execute(&mut debezium)
+            .await
+            .unwrap();
+
+        let mut allowed = Vec::new();
+        for statement in [
+            "create publication intruder for table outbox",
+            "drop publication entrega_outbox",
+            "update outbox set attempts = 1",
+            "delete from outbox",
+            "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+             values (gen_random_uuid(), 'pedido', 'x', 'x', '{}')",
+            elsewhere,
+        ] {
+            match sqlx::raw_sql(statement).execute(&mut debezium).await {
+                Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("42501") => {}
+                other => allowed.push(format!("debezium may {statement:?}: {other:?}")),
+            }
+        }
+        assert!(allowed.is_empty(), "{}", allowed.join("\n"));
+        debezium.close().await.unwrap();
+    }
+    // The databases first: a role that owns one cannot be dropped.
+    drop((orders, inventory));
+    drop(roles);
+}
+
 /// What each role must not do, with the database it tries it in.
 async fn refusals(pipeline: &Pipeline, roles: &LeastPrivilege) {
     let (orders, inventory) = (
@@ -179,6 +331,7 @@ async fn refusals(pipeline: &Pipeline, roles: &LeastPrivilege) {
             &roles.relay,
             &roles.console,
             &roles.redrive,
+            &roles.debezium,
         ]
         .map(|login| login.name.clone())
         .to_vec(),
