@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::report::{self, Figure};
+use crate::report::{self, Figure, Ratio};
 use crate::{api, consumer, history, latency, relay, tracing};
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +29,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let (order_write_rate, p1) = api::measure(&api::Args {
         service: format!("{bin}/order-service"),
         duration: Duration::from_secs(10),
+        rounds: 3,
     })
     .await;
     figures.extend(p1);
@@ -39,6 +40,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         rows,
         relay: format!("{bin}/outbox-relay"),
         setups: all_setups.clone(),
+        rounds: 3,
     })
     .await;
     figures.extend(p2);
@@ -47,7 +49,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             name: "P2 relay drain ÷ order write rate".to_owned(),
             figure: format!("{drain_rate:.0} rows/s drained"),
             baseline: format!("POST /orders at 16 connections: {order_write_rate:.0} orders/s"),
-            ratio: Some(drain_rate / order_write_rate),
+            ratio: Some(Ratio::single(drain_rate / order_write_rate)),
             target: "> 1 (the relay keeps up)".to_owned(),
         };
         println!("{}", keeps_up.ratio_line());
@@ -55,10 +57,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     figures.extend(
-        consumer::measure(&consumer::Args {
-            records: args.rows,
-            service: format!("{bin}/inventory-service"),
-        })
+        consumer::measure(&consumer::Args::consuming(
+            args.rows,
+            format!("{bin}/inventory-service"),
+        ))
         .await,
     );
 
@@ -98,7 +100,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             inventory_service: format!("{bin}/inventory-service"),
             duration: Duration::from_secs(10),
             records: args.rows / 2,
-            rounds: 2,
+            rounds: 3,
         })
         .await,
     );

@@ -3,7 +3,7 @@
 
 use test_support::kafka::bootstrap_servers;
 
-use crate::report::Figure;
+use crate::report::{Figure, Ratio};
 use crate::{consumer, relay};
 
 #[derive(Debug, clap::Args)]
@@ -36,7 +36,7 @@ fn figure(name: String, unit: &str, baseline: &str, with_history: f64, empty: f6
         name,
         figure: format!("{with_history:.0} {unit}"),
         baseline: format!("{baseline} (mean of the runs before and after): {empty:.0} {unit}"),
-        ratio: Some(with_history / empty),
+        ratio: Some(Ratio::single(with_history / empty)),
         target: "≥ 0.9".to_owned(),
     };
     println!("{}", figure.ratio_line());
@@ -45,15 +45,15 @@ fn figure(name: String, unit: &str, baseline: &str, with_history: f64, empty: f6
 
 pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     let bootstrap = bootstrap_servers();
+    let broker = consumer::Broker::plaintext(bootstrap.clone());
     let relay_args = relay::Args {
         rows: i64::try_from(args.rows).unwrap_or(i64::MAX),
         relay: "target/release/outbox-relay".to_owned(),
         setups: vec![relay::Setup::Poll],
+        rounds: 1,
     };
-    let consumer_args = consumer::Args {
-        records: args.rows,
-        service: "target/release/inventory-service".to_owned(),
-    };
+    let consumer_args =
+        consumer::Args::consuming(args.rows, "target/release/inventory-service".to_owned());
     // Both relay runs keep published rows, so only the history differs.
     let (relay_history, relay_empty) = bracketed(
         |history| relay::relay_rate(&relay_args, relay::Setup::Poll, &bootstrap, Some(history)),
@@ -72,7 +72,7 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
     );
     let batch = consumer::DEFAULT_BATCH_SIZE;
     let (consumer_history, consumer_empty) = bracketed(
-        |history| consumer::consumer_rate(&consumer_args, &bootstrap, batch, Some(history), &[], 1),
+        |history| consumer::consumer_rate(&consumer_args, &broker, batch, Some(history), &[], 1),
         args.history,
     )
     .await;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use tokio::sync::Mutex;
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -50,6 +50,16 @@ impl Summary {
     pub(crate) fn rate(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
+
+    /// Adds a worker's counts and latencies.
+    fn merge(&mut self, worker: Self) {
+        self.sent += worker.sent;
+        self.ok += worker.ok;
+        self.client_errors += worker.client_errors;
+        self.server_errors += worker.server_errors;
+        self.transport_errors += worker.transport_errors;
+        self.latencies.extend(worker.latencies);
+    }
 }
 
 fn body(n: u64) -> String {
@@ -60,6 +70,13 @@ fn body(n: u64) -> String {
         skus[(n % 3) as usize],
         1 + n % 3
     )
+}
+
+/// The bodies of the load, built once: the generator should cost the
+/// machine it shares with the service as little as it can.
+fn bodies() -> Arc<[bytes::Bytes]> {
+    // body(n) repeats every 3 000 tickets (1 000 customers, 3 skus).
+    (0..3_000).map(|n| bytes::Bytes::from(body(n))).collect()
 }
 
 /// Runs the load; with `progress`, draws a bar on stderr.
@@ -76,60 +93,70 @@ pub(crate) async fn run_load(
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let url = format!("http://{target}/orders");
+    let url = reqwest::Url::parse(&format!("http://{target}/orders")).unwrap();
+    let bodies = bodies();
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
-    let summary = Arc::new(Mutex::new(Summary::default()));
-    let bar = if progress {
+    let ok = Arc::new(AtomicU64::new(0));
+    let bar = progress.then(|| {
         let bar = ProgressBar::new(duration.as_secs());
         bar.set_style(
             ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        Some(bar)
-    } else {
-        None
-    };
-    // Each worker takes the next ticket; with a rate, ticket n may start at n / rate.
+        bar
+    });
+    // Each worker takes the next ticket; with a rate, ticket n may start at
+    // n / rate. Each keeps its own summary: no lock between requests.
     let workers = (0..concurrency).map(|_| {
-        let (client, url, next, summary, bar) = (
+        let (client, url, bodies, next, ok, bar) = (
             client.clone(),
             url.clone(),
+            Arc::clone(&bodies),
             Arc::clone(&next),
-            Arc::clone(&summary),
+            Arc::clone(&ok),
             bar.clone(),
         );
         async move {
+            let mut summary = Summary::default();
             loop {
-                let n = next.fetch_add(1, Ordering::SeqCst);
+                let n = next.fetch_add(1, Ordering::Relaxed);
                 if rate > 0 {
                     let due = started + Duration::from_secs_f64(n as f64 / f64::from(rate));
                     if due >= started + duration {
-                        return;
+                        return summary;
                     }
                     tokio::time::sleep_until(due.into()).await;
                 } else if started.elapsed() >= duration {
-                    return;
+                    return summary;
                 }
                 let sent = Instant::now();
                 let mut request = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body(n));
+                    .post(url.clone())
+                    .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                    .body(bodies[(n % bodies.len() as u64) as usize].clone());
                 if idempotency_keys {
                     request = request.header(
                         "Idempotency-Key",
                         format!("load-{}-{n}", std::process::id()),
                     );
                 }
-                let reply = request.send().await;
+                // The body is read to its end: a response dropped unread
+                // would leave its connection unusable for the next request.
+                let reply = match request.send().await {
+                    Ok(response) => {
+                        let status = response.status();
+                        response.bytes().await.map(|_| status)
+                    }
+                    Err(error) => Err(error),
+                };
                 let latency = sent.elapsed();
-                let mut summary = summary.lock().await;
                 summary.sent += 1;
-                match reply.map(|r| r.status()) {
+                match reply {
                     Ok(status) if status.is_success() => {
                         summary.ok += 1;
                         summary.latencies.push(latency);
+                        ok.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(status) if status.is_client_error() => summary.client_errors += 1,
                     Ok(_) => summary.server_errors += 1,
@@ -137,18 +164,18 @@ pub(crate) async fn run_load(
                 }
                 if let Some(bar) = &bar {
                     bar.set_position(started.elapsed().as_secs());
-                    bar.set_message(format!("{} sent, {} ok", summary.sent, summary.ok));
+                    bar.set_message(format!("{} ok", ok.load(Ordering::Relaxed)));
                 }
             }
         }
     });
-    futures::future::join_all(workers).await;
+    let mut summary = Summary::default();
+    for worker in futures::future::join_all(workers).await {
+        summary.merge(worker);
+    }
     if let Some(bar) = bar {
         bar.finish();
     }
-    let mut summary = Arc::try_unwrap(summary)
-        .map(Mutex::into_inner)
-        .unwrap_or_default();
     summary.elapsed = started.elapsed();
     summary
 }

@@ -7,6 +7,7 @@
 
 mod all; // every benchmark, and docs/benchmarks.md
 mod api; // P1: POST /orders vs pgbench
+mod broker_tls; // P3 over SASL_SSL vs plaintext
 mod consumer; // P3: the consumer vs the same transaction in SQL
 mod cpu; // CPU per component while a load runs
 mod history; // P5: relay and consumer with ten million rows of history
@@ -40,6 +41,8 @@ enum Command {
     /// P3: the inventory consumer on pre-produced records, beside the same
     /// dedupe + reserve transaction run straight from SQL.
     Consumer(consumer::Args),
+    /// P3 with the broker over SASL_SSL beside plaintext, interleaved.
+    BrokerTls(broker_tls::Args),
     /// P5: P2 and P3 with ten million rows of history, beside empty tables.
     History(history::Args),
     /// P4: latency from outbox row to reservation at 25/50/75 % of the top rate.
@@ -62,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Api(args) => api::run(args).await,
         Command::Relay(args) => relay::run(args).await,
         Command::Consumer(args) => consumer::run(args).await,
+        Command::BrokerTls(args) => broker_tls::run(args).await,
         Command::Load(args) => load::run(args).await,
         Command::Latency(args) => latency::run(args).await,
         Command::History(args) => history::run(args).await,

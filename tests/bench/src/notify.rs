@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::Connection;
 
-use crate::api::{ORDER_TRANSACTION, orders_database};
+use crate::api::{order_transaction, orders_database};
 use crate::pgbench;
 
 #[derive(Debug, clap::Args)]
@@ -25,9 +25,9 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let database = orders_database("bench_notify").await;
-    let notifying =
-        ORDER_TRANSACTION.replace("COMMIT;", "SELECT pg_notify('outbox', '');\nCOMMIT;");
-    anyhow::ensure!(notifying != ORDER_TRANSACTION, "no COMMIT to notify before");
+    let plain_script = order_transaction();
+    let notifying = plain_script.replace("COMMIT;", "SELECT pg_notify('outbox', '');\nCOMMIT;");
+    anyhow::ensure!(notifying != plain_script, "no COMMIT to notify before");
     // A session listening, as the relay would.
     let mut listener = sqlx::postgres::PgListener::connect(&database.url()).await?;
     listener.listen("outbox").await?;
@@ -44,7 +44,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             let (script, rates) = if notifies {
                 (notifying.as_str(), &mut notify)
             } else {
-                (ORDER_TRANSACTION, &mut plain)
+                (plain_script.as_str(), &mut plain)
             };
             rates.push(pgbench::tps(&database.url(), script, args.clients, args.duration).await);
         }

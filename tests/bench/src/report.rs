@@ -1,6 +1,7 @@
 //! One benchmark result and the generated table in `docs/benchmarks.md`.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::path::Path;
 use std::process::Command;
 
@@ -14,7 +15,7 @@ pub(crate) struct Figure {
     pub(crate) name: String,
     pub(crate) figure: String,
     pub(crate) baseline: String,
-    pub(crate) ratio: Option<f64>,
+    pub(crate) ratio: Option<Ratio>,
     pub(crate) target: String,
 }
 
@@ -22,7 +23,7 @@ impl Figure {
     pub(crate) fn ratio_line(&self) -> String {
         let ratio = self
             .ratio
-            .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}"));
+            .map_or_else(|| "n/a".to_owned(), |r| r.to_string());
         format!(
             "{}: {} beside {} ratio={ratio} (target {})",
             self.name, self.figure, self.baseline, self.target
@@ -85,9 +86,7 @@ fn table(figures: &[Figure]) -> String {
     text.push_str("| benchmark | figure | baseline (same run) | ratio | target |\n");
     text.push_str("|---|---|---|---|---|\n");
     for f in figures {
-        let ratio = f
-            .ratio
-            .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}"));
+        let ratio = f.ratio.map_or_else(|| "n/a".to_owned(), |r| r.to_string());
         let _ = writeln!(
             text,
             "| {} | {} | {} | {ratio} | {} |",
@@ -114,11 +113,115 @@ pub(crate) fn write(path: &Path, figures: &[Figure]) -> std::io::Result<()> {
     std::fs::write(path, updated)
 }
 
+/// A benchmark's ratio to its baseline: one run's, or the median of
+/// interleaved rounds with their spread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Ratio {
+    pub(crate) median: f64,
+    pub(crate) lowest: f64,
+    pub(crate) highest: f64,
+    pub(crate) rounds: usize,
+}
+
+impl Ratio {
+    /// One run of each side.
+    pub(crate) fn single(ratio: f64) -> Self {
+        Self {
+            median: ratio,
+            lowest: ratio,
+            highest: ratio,
+            rounds: 1,
+        }
+    }
+
+    /// Round `i`'s ratio is `figures[i] / baselines[i]`: each pair ran
+    /// back to back, so what the machine was doing meanwhile hit both.
+    pub(crate) fn of_rounds(figures: &[f64], baselines: &[f64]) -> Self {
+        let mut ratios: Vec<f64> = figures
+            .iter()
+            .zip(baselines)
+            .map(|(figure, baseline)| figure / baseline)
+            .collect();
+        assert!(!ratios.is_empty(), "no rounds");
+        ratios.sort_by(f64::total_cmp);
+        let median = median(&ratios);
+        Self {
+            median,
+            lowest: ratios[0],
+            highest: ratios[ratios.len() - 1],
+            rounds: ratios.len(),
+        }
+    }
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.rounds == 1 {
+            write!(f, "{:.2}", self.median)
+        } else {
+            write!(
+                f,
+                "{:.2} ({:.2}–{:.2}, {} rounds)",
+                self.median, self.lowest, self.highest, self.rounds
+            )
+        }
+    }
+}
+
+/// The median of `values`.
+pub(crate) fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    if sorted.len() % 2 == 0 {
+        f64::midpoint(sorted[middle - 1], sorted[middle])
+    } else {
+        sorted[middle]
+    }
+}
+
+/// Rates as a short list: "2410, 2388, 2502".
+pub(crate) fn rates(rates: &[f64]) -> String {
+    rates
+        .iter()
+        .map(|rate| format!("{rate:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs the measured side and its baseline `rounds` times, interleaved,
+/// each going first in turn (whatever the first run leaves behind — a
+/// warmer cache, a busier checkpoint — falls on both alike); returns the
+/// two sides' figures, round by round.
+pub(crate) async fn interleaved<A, FA, B, FB>(
+    rounds: usize,
+    mut measured: A,
+    mut baseline: B,
+) -> (Vec<f64>, Vec<f64>)
+where
+    A: FnMut() -> FA,
+    FA: Future<Output = f64>,
+    B: FnMut() -> FB,
+    FB: Future<Output = f64>,
+{
+    let (mut figures, mut baselines) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            figures.push(measured().await);
+            baselines.push(baseline().await);
+        } else {
+            baselines.push(baseline().await);
+            figures.push(measured().await);
+        }
+    }
+    (figures, baselines)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn figure(ratio: Option<f64>) -> Figure {
+    fn figure(ratio: Option<Ratio>) -> Figure {
         Figure {
             name: "P0".to_owned(),
             figure: "1 req/s".to_owned(),
@@ -138,7 +241,7 @@ mod tests {
             format!("# B\n\nintro\n\n{BEGIN}\nold\n{END}\n\nanalysis\n"),
         )
         .unwrap();
-        write(&path, &[figure(Some(0.5))]).unwrap();
+        write(&path, &[figure(Some(Ratio::single(0.5)))]).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("# B\n\nintro\n\n"));
         assert!(text.ends_with("\n\nanalysis\n"));
@@ -150,5 +253,15 @@ mod tests {
     #[test]
     fn a_figure_without_baseline_says_so() {
         assert!(figure(None).ratio_line().contains("ratio=n/a"));
+    }
+
+    #[test]
+    fn a_ratio_of_rounds_is_their_median_with_the_spread() {
+        let odd = Ratio::of_rounds(&[9.0, 7.0, 11.0], &[10.0, 10.0, 10.0]);
+        assert_eq!((odd.median, odd.lowest, odd.highest), (0.9, 0.7, 1.1));
+        let even = Ratio::of_rounds(&[1.0, 0.5, 0.75, 0.25], &[1.0; 4]);
+        assert_eq!((even.median, even.rounds), (0.625, 4));
+        assert_eq!(odd.to_string(), "0.90 (0.70–1.10, 3 rounds)");
+        assert_eq!(Ratio::single(0.5).to_string(), "0.50");
     }
 }

@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use test_support::kafka::bootstrap_servers;
 use test_support::otlp::OtlpReceiver;
 
-use crate::report::Figure;
+use crate::report::{Figure, Ratio, rates};
 use crate::{api, consumer};
 
 #[derive(Debug, clap::Args)]
@@ -26,8 +25,8 @@ pub(crate) struct Args {
     /// Records each P3 side consumes, per round.
     #[arg(long, default_value_t = 50_000)]
     pub(crate) records: usize,
-    /// Off/on rounds; each side's figure is its mean over the rounds.
-    #[arg(long, default_value_t = 2)]
+    /// Off/on rounds, interleaved; the ratio is the median of the rounds'.
+    #[arg(long, default_value_t = 3)]
     pub(crate) rounds: usize,
 }
 
@@ -41,20 +40,16 @@ fn tracing_on(receiver: &OtlpReceiver, ratio: f64) -> Vec<(&'static str, String)
     ]
 }
 
-fn figure(name: String, unit: &str, off: f64, on: f64, spans: usize) -> Figure {
+fn figure(name: String, unit: &str, off: &[f64], on: &[f64], spans: usize) -> Figure {
     let figure = Figure {
         name,
-        figure: format!("{on:.0} {unit} with tracing ({spans} spans received)"),
-        baseline: format!("tracing off: {off:.0} {unit}"),
-        ratio: Some(on / off),
+        figure: format!("{} {unit} with tracing ({spans} spans received)", rates(on)),
+        baseline: format!("tracing off: {} {unit}", rates(off)),
+        ratio: Some(Ratio::of_rounds(on, off)),
         target: "≥ 0.9".to_owned(),
     };
     println!("{}", figure.ratio_line());
     figure
-}
-
-fn mean(values: &[f64]) -> f64 {
-    values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
 /// Rates with tracing off, then on at each sampling ratio: one list of
@@ -99,24 +94,20 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
         .await
     })
     .await;
-    let bootstrap = bootstrap_servers();
-    let consumer_args = consumer::Args {
-        records: args.records,
-        service: args.inventory_service.clone(),
-    };
+    let broker = consumer::Broker::shared();
+    let consumer_args = consumer::Args::consuming(args.records, args.inventory_service.clone());
     let batch = consumer::DEFAULT_BATCH_SIZE;
     // Records carry the upstream decision in their traceparent, which a
     // parent-based sampler follows: one in ten sampled at 10 %.
     let consumer = rounds(args, &receiver, |environment, ratio| {
-        let (consumer_args, bootstrap) = (&consumer_args, &bootstrap);
+        let (consumer_args, broker) = (&consumer_args, &broker);
         let one_in = if ratio > 0.0 {
             (1.0 / ratio).round() as usize
         } else {
             usize::MAX
         };
         async move {
-            consumer::consumer_rate(consumer_args, bootstrap, batch, None, &environment, one_in)
-                .await
+            consumer::consumer_rate(consumer_args, broker, batch, None, &environment, one_in).await
         }
     })
     .await;
@@ -130,8 +121,8 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
                 "P6 tracing on P1: POST /orders, {concurrency} connections, sampling {percent:.0} %"
             ),
             "req/s",
-            mean(&api[0].0),
-            mean(&api[i + 1].0),
+            &api[0].0,
+            &api[i + 1].0,
             api[i + 1].1,
         ));
         figures.push(figure(
@@ -140,8 +131,8 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
                 args.records
             ),
             "records/s",
-            mean(&consumer[0].0),
-            mean(&consumer[i + 1].0),
+            &consumer[0].0,
+            &consumer[i + 1].0,
             consumer[i + 1].1,
         ));
     }

@@ -127,6 +127,12 @@ impl PrivateBroker {
     }
 
     /// The broker process, while it runs.
+    /// From its next (re)start the broker tells clients to reach it at
+    /// `address`: a proxy in front of it.
+    pub fn advertise(&mut self, address: String) {
+        self.advertised = address;
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().and_then(Service::pid)
     }

@@ -49,8 +49,13 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// Creates a topic (existing is fine) and waits until its metadata shows it.
 pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        crate::kafka::client_config(bootstrap).create().unwrap();
+    create_topic_with(&client_config(bootstrap), name, partitions).await;
+}
+
+/// [`create_topic`] through a client made from `config` (a broker that
+/// needs properties of its own).
+pub async fn create_topic_with(config: &ClientConfig, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin
         .create_topics(
