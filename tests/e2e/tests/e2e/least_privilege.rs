@@ -166,8 +166,10 @@ async fn debeziums_login_streams_the_owners_publication_reads_the_outbox_and_not
 
         // The stream: the connector makes its slot over the replication
         // protocol; the SQL functions need the same REPLICATION attribute.
+        // Temporary: gone with the session, whatever fails (a slot left
+        // behind would hold the server's WAL and its database).
         let slot = format!("dbz_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput')")
+        sqlx::query("select pg_create_logical_replication_slot($1, 'pgoutput', true)")
             .bind(&slot)
             .execute(&mut debezium)
             .await
