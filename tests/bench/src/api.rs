@@ -106,12 +106,10 @@ pub(crate) async fn api_rate(
     let mut components = Components::default();
     components.process("order-service", service.pid());
     components.process("load generator (bench)", Some(std::process::id()));
-    let pool = sqlx::PgPool::connect(&database.url()).await.unwrap();
-    components.server("orders", &pool).await;
-    let before = components.sample();
-    let summary = run_load(&address, 0, duration, concurrency, false, false).await;
-    let cpu = components.between(&before, &components.sample());
-    pool.close().await;
+    components.server("orders", &database.url()).await;
+    let (summary, cpu) = components
+        .during(run_load(&address, 0, duration, concurrency, false, false))
+        .await;
     service.terminate(Duration::from_secs(30)).await;
     println!(
         "  POST /orders, {concurrency} connections: {:.0} req/s; CPU {cpu}",
@@ -124,18 +122,15 @@ pub(crate) async fn api_rate(
 pub(crate) async fn pgbench_rate(concurrency: usize, duration: Duration) -> f64 {
     let database = orders_database("bench_pgbench").await;
     let mut components = Components::default();
-    let pool = sqlx::PgPool::connect(&database.url()).await.unwrap();
-    components.server("orders", &pool).await;
-    let before = components.sample();
-    let tps = pgbench::tps(
-        &database.url(),
-        &order_transaction(),
-        u32::try_from(concurrency).unwrap(),
-        duration,
-    )
-    .await;
-    let cpu = components.between(&before, &components.sample());
-    pool.close().await;
+    components.server("orders", &database.url()).await;
+    let (tps, cpu) = components
+        .during(pgbench::tps(
+            &database.url(),
+            &order_transaction(),
+            u32::try_from(concurrency).unwrap(),
+            duration,
+        ))
+        .await;
     println!("  pgbench, {concurrency} connections: {tps:.0} tps; CPU {cpu}");
     tps
 }

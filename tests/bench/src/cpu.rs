@@ -3,7 +3,10 @@
 //! Read from /proc, so Linux only.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Instant;
+
+use sqlx::Connection;
 
 /// `/proc` counts CPU time in USER_HZ, which the kernel's ABI fixes at 100
 /// whatever its internal tick rate.
@@ -40,13 +43,17 @@ impl Components {
         }
     }
 
-    /// The PostgreSQL server behind `pool`, named by what it holds; one
-    /// entry per server however many databases it hosts.
-    pub(crate) async fn server(&mut self, holds: &str, pool: &sqlx::PgPool) {
-        let Ok(backend) = sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
-            .fetch_one(pool)
-            .await
-        else {
+    /// The PostgreSQL server of `url`, named by what it holds; one entry per
+    /// server however many databases it hosts.
+    pub(crate) async fn server(&mut self, holds: &str, url: &str) {
+        let Ok(mut connection) = sqlx::PgConnection::connect(url).await else {
+            return;
+        };
+        let backend = sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
+            .fetch_one(&mut connection)
+            .await;
+        let _ = connection.close().await;
+        let Ok(backend) = backend else {
             return;
         };
         // A server in a container or on another host has a backend pid of
@@ -68,6 +75,14 @@ impl Components {
         }
         self.named
             .push((format!("PostgreSQL: {holds}"), Source::Server(postmaster)));
+    }
+
+    /// Runs `work`; with its output, each component's share of the CPU
+    /// meanwhile ([`Self::between`]).
+    pub(crate) async fn during<T>(&self, work: impl Future<Output = T>) -> (T, String) {
+        let before = self.sample();
+        let output = work.await;
+        (output, self.between(&before, &self.sample()))
     }
 
     pub(crate) fn sample(&self) -> Sample {

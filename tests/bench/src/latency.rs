@@ -248,17 +248,13 @@ impl Stack {
             components.process(&service.name, service.pid());
         }
         components.process("load generator (bench)", Some(std::process::id()));
-        let broker_storage = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&server(
-                "ENTREGA_BROKER_STORAGE_URL",
-                "postgres://postgres@127.0.0.1:5432/postgres",
-            ))
-            .await
-            .unwrap();
         for (holds, database) in [("orders", &orders_db), ("inventory", &inventory_db)] {
-            components.server(holds, &connect(database).await).await;
+            components.server(holds, &database.url()).await;
         }
+        let broker_storage = server(
+            "ENTREGA_BROKER_STORAGE_URL",
+            "postgres://postgres@127.0.0.1:5432/postgres",
+        );
         components.server("broker storage", &broker_storage).await;
         Self {
             components,

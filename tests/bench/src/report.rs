@@ -137,18 +137,16 @@ impl Ratio {
     /// Round `i`'s ratio is `figures[i] / baselines[i]`: each pair ran
     /// back to back, so what the machine was doing meanwhile hit both.
     pub(crate) fn of_rounds(figures: &[f64], baselines: &[f64]) -> Self {
-        let mut ratios: Vec<f64> = figures
+        let ratios: Vec<f64> = figures
             .iter()
             .zip(baselines)
             .map(|(figure, baseline)| figure / baseline)
             .collect();
         assert!(!ratios.is_empty(), "no rounds");
-        ratios.sort_by(f64::total_cmp);
-        let median = median(&ratios);
         Self {
-            median,
-            lowest: ratios[0],
-            highest: ratios[ratios.len() - 1],
+            median: median(&ratios),
+            lowest: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            highest: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             rounds: ratios.len(),
         }
     }
