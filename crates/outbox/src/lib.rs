@@ -190,6 +190,55 @@ pub enum Cleanup {
     InTransaction,
 }
 
+/// The columns of outbox rows, one array each, in message order: what
+/// [`insert`] binds, and what a writer binds when its own statement inserts
+/// the rows as a data-modifying CTE, so that the change and its
+/// announcement cost one round trip (the order service's `POST /orders`,
+/// the inventory's reservations). Such a statement inserts exactly these
+/// columns from `unnest(…) with ordinality … order by n`, as [`insert`]
+/// does; each writer has a test that compares its rows with [`insert`]'s.
+#[derive(Debug)]
+pub struct Columns<'a> {
+    pub ids: Vec<Uuid>,
+    pub aggregate_types: Vec<&'static str>,
+    pub aggregate_ids: Vec<&'a str>,
+    pub types: Vec<&'static str>,
+    /// `Json<&Value>` encodes as jsonb without a copy of the payload; the
+    /// query macros only know `Vec<Value>` for jsonb[], so bind it `as _`.
+    pub payloads: Vec<Json<&'a serde_json::Value>>,
+    pub traceparents: Vec<Option<&'a str>>,
+    /// Debezium's `tracingspancontext` (migrations/outbox/1001).
+    pub span_contexts: Vec<Option<String>>,
+}
+
+impl<'a> Columns<'a> {
+    pub fn of(messages: &'a [OutboxMessage]) -> Self {
+        let mut columns = Self {
+            ids: Vec::with_capacity(messages.len()),
+            aggregate_types: Vec::with_capacity(messages.len()),
+            aggregate_ids: Vec::with_capacity(messages.len()),
+            types: Vec::with_capacity(messages.len()),
+            payloads: Vec::with_capacity(messages.len()),
+            traceparents: Vec::with_capacity(messages.len()),
+            span_contexts: Vec::with_capacity(messages.len()),
+        };
+        for message in messages {
+            columns.ids.push(message.id);
+            columns.aggregate_types.push(message.aggregate_type);
+            columns.aggregate_ids.push(message.aggregate_id.as_str());
+            columns.types.push(message.event_type);
+            columns.payloads.push(Json(&message.payload));
+            columns
+                .traceparents
+                .push(message.trace.as_ref().map(TraceContext::traceparent));
+            columns
+                .span_contexts
+                .push(message.trace.as_ref().map(TraceContext::to_properties));
+        }
+        columns
+    }
+}
+
 /// Writes `messages` in the caller's transaction, in their order (their
 /// `seq` follows it), with one statement whatever their number; with
 /// [`Cleanup::InTransaction`], deletes them again in the same transaction.
@@ -202,22 +251,7 @@ pub async fn insert(
     if messages.is_empty() {
         return Ok(());
     }
-    let mut ids = Vec::with_capacity(messages.len());
-    let mut aggregate_types = Vec::with_capacity(messages.len());
-    let mut aggregate_ids = Vec::with_capacity(messages.len());
-    let mut types = Vec::with_capacity(messages.len());
-    let mut payloads = Vec::with_capacity(messages.len());
-    let mut traceparents = Vec::with_capacity(messages.len());
-    let mut span_contexts = Vec::with_capacity(messages.len());
-    for message in messages {
-        ids.push(message.id);
-        aggregate_types.push(message.aggregate_type);
-        aggregate_ids.push(message.aggregate_id.as_str());
-        types.push(message.event_type);
-        payloads.push(Json(&message.payload));
-        traceparents.push(message.trace.as_ref().map(TraceContext::traceparent));
-        span_contexts.push(message.trace.as_ref().map(TraceContext::to_properties));
-    }
+    let columns = Columns::of(messages);
     // `with ordinality` and the ordered select keep `seq` in message order.
     sqlx::query!(
         "insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
@@ -228,23 +262,30 @@ pub async fn insert(
               with ordinality as m (id, aggregatetype, aggregateid, type, payload, traceparent,
                                     tracingspancontext, n)
          order by n",
-        &ids,
-        &aggregate_types as &[&str],
-        &aggregate_ids as &[&str],
-        &types as &[&str],
-        // Json<&Value> encodes as jsonb without a copy of the payload; the
-        // macro only knows Vec<Value> for jsonb[].
-        &payloads as _,
-        &traceparents as &[Option<&str>],
-        &span_contexts as &[Option<String>],
+        &columns.ids,
+        &columns.aggregate_types as &[&str],
+        &columns.aggregate_ids as &[&str],
+        &columns.types as &[&str],
+        &columns.payloads as _,
+        &columns.traceparents as &[Option<&str>],
+        &columns.span_contexts as &[Option<String>],
     )
     .execute(&mut *tx)
     .await?;
     if cleanup == Cleanup::InTransaction {
-        sqlx::query!("delete from outbox where id = any($1)", &ids)
-            .execute(tx)
-            .await?;
+        delete_written(tx, &columns.ids).await?;
     }
+    Ok(())
+}
+
+/// [`Cleanup::InTransaction`]'s half: deletes the rows `ids` that the
+/// caller's transaction wrote, so that only the WAL carries them. A
+/// separate statement, never a CTE beside the insert: a statement does not
+/// see the rows its own CTEs insert.
+pub async fn delete_written(tx: &mut PgConnection, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+    sqlx::query!("delete from outbox where id = any($1)", ids)
+        .execute(tx)
+        .await?;
     Ok(())
 }
 

@@ -54,10 +54,11 @@ impl Applied {
 /// reserved or none, each announced by an outbox row in the same
 /// transaction.
 ///
-/// Set-based, so a batch costs the same few statements as one order: lock
+/// Set-based, so a batch costs the same two statements as one order: lock
 /// the stock rows involved (in sku order, so concurrent transactions cannot
-/// deadlock), decide each order against the locked stock, then write
-/// outcomes, items and stock changes with one statement each. An order
+/// deadlock) and read which orders are decided, decide each order against
+/// the locked stock, then write outcomes, items, stock changes and their
+/// announcements with one statement. An order
 /// decided meanwhile by another transaction makes the outcome insert fail on
 /// its primary key, and the whole transaction is retried.
 pub async fn reserve(
@@ -70,24 +71,38 @@ pub async fn reserve(
         .collect();
     skus.sort_unstable();
     skus.dedup();
-    let mut available: HashMap<String, i64> = sqlx::query!(
-        "select sku, available from stock where sku = any($1) order by sku for update",
-        &skus as &[&str],
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .map(|row| (row.sku, row.available))
-    .collect();
     let order_ids: Vec<Uuid> = messages.iter().map(|m| m.message.order_id).collect();
-    let mut decided: HashSet<Uuid> = sqlx::query_scalar!(
-        "select order_id from reservations where order_id = any($1)",
+    // One round trip: the stock rows locked, and the orders already decided.
+    // The latter are read in the statement's snapshot, taken before any
+    // wait for a lock: an order decided by the transaction waited for is
+    // not seen, and this one's outcome insert fails on its primary key, a
+    // transient failure whose retry sees it. Only a second message id for
+    // the same order, applied at the same time, can meet that.
+    let mut available: HashMap<String, i64> = HashMap::with_capacity(skus.len());
+    let mut decided: HashSet<Uuid> = HashSet::new();
+    let rows = sqlx::query!(
+        r#"with locked as (
+               select sku, available from stock where sku = any($1) order by sku for update
+           )
+           select sku as "sku?", available as "available?", null::uuid as "decided?" from locked
+           union all
+           select null, null, order_id from reservations where order_id = any($2)"#,
+        &skus as &[&str],
         &order_ids,
     )
     .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect();
+    .await?;
+    for row in rows {
+        match (row.sku, row.available, row.decided) {
+            (Some(sku), Some(free), _) => {
+                available.insert(sku, free);
+            }
+            (_, _, Some(order_id)) => {
+                decided.insert(order_id);
+            }
+            _ => {}
+        }
+    }
 
     let mut applied = Vec::with_capacity(messages.len());
     let mut outcomes = Outcomes::default();
@@ -180,44 +195,59 @@ impl Outcomes {
         }
     }
 
+    /// One statement for every table, whatever the batch's size.
     async fn write(self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
         if self.order_ids.is_empty() {
             return Ok(());
         }
+        let (skus, quantities): (Vec<String>, Vec<i64>) = self.reserved.into_iter().unzip();
+        let events = outbox::Columns::of(&self.events);
+        // The items' foreign key is checked at the end of the statement,
+        // when the outcomes are in. The outbox part is `outbox::insert`'s
+        // (the tests compare the two).
         sqlx::query!(
-            "insert into reservations (order_id, status, reason, message_id)
-             select * from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[])",
+            "with outcomes as (
+                 insert into reservations (order_id, status, reason, message_id)
+                 select * from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[])
+             ), items as (
+                 insert into reservation_items (order_id, line, sku, quantity)
+                 select * from unnest($5::uuid[], $6::int2[], $7::text[], $8::int4[])
+             ), taken as (
+                 update stock s
+                 set available = s.available - w.quantity, reserved = s.reserved + w.quantity,
+                     updated_at = now()
+                 from unnest($9::text[], $10::int8[]) as w (sku, quantity)
+                 where s.sku = w.sku
+             )
+             insert into outbox (id, aggregatetype, aggregateid, type, payload, traceparent,
+                                 tracingspancontext)
+             select id, aggregatetype, aggregateid, type, payload, traceparent, tracingspancontext
+             from unnest($11::uuid[], $12::text[], $13::text[], $14::text[], $15::jsonb[],
+                         $16::text[], $17::text[])
+                  with ordinality as m (id, aggregatetype, aggregateid, type, payload,
+                                        traceparent, tracingspancontext, n)
+             order by n",
             &self.order_ids,
             &self.statuses as &[&str],
             &self.reasons as &[Option<String>],
             &self.message_ids,
-        )
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query!(
-            "insert into reservation_items (order_id, line, sku, quantity)
-             select * from unnest($1::uuid[], $2::int2[], $3::text[], $4::int4[])",
             &self.item_orders,
             &self.item_lines,
             &self.item_skus,
             &self.item_quantities,
+            &skus,
+            &quantities,
+            &events.ids,
+            &events.aggregate_types as &[&str],
+            &events.aggregate_ids as &[&str],
+            &events.types as &[&str],
+            &events.payloads as _,
+            &events.traceparents as &[Option<&str>],
+            &events.span_contexts as &[Option<String>],
         )
-        .execute(&mut *tx)
+        .execute(tx)
         .await?;
-        if !self.reserved.is_empty() {
-            let (skus, quantities): (Vec<String>, Vec<i64>) = self.reserved.into_iter().unzip();
-            sqlx::query!(
-                "update stock s
-                 set available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
-                 from unnest($1::text[], $2::int8[]) as w (sku, quantity)
-                 where s.sku = w.sku",
-                &skus,
-                &quantities,
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        outbox::insert(tx, &self.events, outbox::Cleanup::Relay).await
+        Ok(())
     }
 }
 

@@ -8,7 +8,7 @@
 
 use sha2::{Digest, Sha256};
 use sqlx::types::Json;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgExecutor, PgPool, Postgres, Transaction};
 use time::Duration;
 
 use crate::domain::OrderId;
@@ -41,6 +41,12 @@ impl IdempotencyKey {
 pub struct RequestHash([u8; 32]);
 
 impl RequestHash {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl RequestHash {
     pub fn of<T: serde::Serialize>(request: &T) -> Result<Self, serde_json::Error> {
         let canonical = serde_json::to_vec(request)?;
         Ok(Self(Sha256::digest(canonical).into()))
@@ -52,6 +58,13 @@ impl RequestHash {
 pub struct SavedResponse {
     pub status: u16,
     pub body: serde_json::Value,
+}
+
+impl SavedResponse {
+    /// The status as its smallint column holds it.
+    pub fn stored_status(&self) -> i16 {
+        i16::try_from(self.status).unwrap_or(i16::MAX)
+    }
 }
 
 /// What a request does next, as its Idempotency-Key decides.
@@ -97,7 +110,7 @@ pub async fn begin(
              on conflict (key) do nothing",
             key.as_str(),
             hash.0.as_slice(),
-            i16::try_from(response.status).unwrap_or(i16::MAX),
+            response.stored_status(),
             // Json<&Value>: the body is encoded without a copy.
             Json(&response.body) as _,
             order_id.as_uuid(),
@@ -108,24 +121,36 @@ pub async fn begin(
         if inserted == 1 {
             return Ok(NextAction::Proceed(tx));
         }
-        let saved = sqlx::query!(
-            "select request_hash, response_status, response_body from idempotency_keys where key = $1",
-            key.as_str(),
-        )
-        .fetch_optional(&mut *tx)
-        .await?;
-        match saved {
-            Some(saved) if saved.request_hash == hash.0 => {
-                return Ok(NextAction::Replay(SavedResponse {
-                    status: u16::try_from(saved.response_status).unwrap_or(500),
-                    body: saved.response_body,
-                }));
-            }
-            Some(_) => return Err(ClaimError::Reused),
+        match saved(&mut *tx, key, hash).await? {
+            Some(response) => return Ok(NextAction::Replay(response)),
             None => continue,
         }
     }
     Err(ClaimError::Database(sqlx::Error::RowNotFound))
+}
+
+/// The response stored with `key`, claimed before by a request with the
+/// same `hash`; `None` when the key's row is gone (expired and purged since
+/// the claim conflicted with it): the key is free again.
+pub async fn saved(
+    conn: impl PgExecutor<'_>,
+    key: &IdempotencyKey,
+    hash: RequestHash,
+) -> Result<Option<SavedResponse>, ClaimError> {
+    let saved = sqlx::query!(
+        "select request_hash, response_status, response_body from idempotency_keys where key = $1",
+        key.as_str(),
+    )
+    .fetch_optional(conn)
+    .await?;
+    match saved {
+        Some(saved) if saved.request_hash == hash.0 => Ok(Some(SavedResponse {
+            status: u16::try_from(saved.response_status).unwrap_or(500),
+            body: saved.response_body,
+        })),
+        Some(_) => Err(ClaimError::Reused),
+        None => Ok(None),
+    }
 }
 
 /// Replaces the response stored with `key`, in the transaction that claimed
@@ -138,7 +163,7 @@ pub async fn record_response(
     sqlx::query!(
         "update idempotency_keys set response_status = $2, response_body = $3 where key = $1",
         key.as_str(),
-        i16::try_from(response.status).unwrap_or(i16::MAX),
+        response.stored_status(),
         Json(&response.body) as _,
     )
     .execute(&mut **tx)

@@ -2,7 +2,7 @@
 //! brings their outcome back.
 //!
 //! `POST /orders` writes the order, its items and one `PedidoCriado` outbox
-//! row in one PostgreSQL transaction, so an order exists if and only if its
+//! row in one PostgreSQL statement (one transaction), so an order exists if and only if its
 //! event will be published. The relay (or Debezium) publishes outbox rows to
 //! Kafka; this service never produces to Kafka itself. The inventory's
 //! outcome comes back on `estoque.eventos`, consumed idempotently
@@ -19,6 +19,7 @@ pub mod events; // the order's events as outbox rows
 pub mod http; // routes, errors, metrics, OpenAPI
 pub mod idempotency; // Idempotency-Key claims and replays
 pub mod orders; // orders, items and status history in PostgreSQL
+pub mod placing; // the one statement that places an order
 pub mod startup; // Application::build and run_until_stopped
 pub mod status; // status transitions; the pedido.status consumer
 

@@ -1,6 +1,6 @@
 //! Orders and their items in PostgreSQL.
 
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -65,45 +65,6 @@ impl Order {
             changed_at: self.created_at,
         });
     }
-}
-
-/// Writes a new order, its items and its history so far.
-#[tracing::instrument(skip_all, fields(order.id = %order.id), err)]
-pub async fn insert(tx: &mut Transaction<'_, Postgres>, order: &Order) -> Result<(), sqlx::Error> {
-    let first = order.history.first();
-    // One statement: the order and its first history entry.
-    sqlx::query!(
-        "with o as (
-             insert into orders (id, customer_id, status, created_at) values ($1, $2, $3, $4)
-             returning id, status, created_at
-         )
-         insert into order_status_history (order_id, status, message_id, changed_at)
-         select id, status, $5, created_at from o",
-        order.id.as_uuid(),
-        order.customer_id,
-        order.status as OrderStatus,
-        order.created_at,
-        first.and_then(|change| change.message_id),
-    )
-    .execute(&mut **tx)
-    .await?;
-    let (skus, quantities): (Vec<&str>, Vec<i32>) = order
-        .items
-        .iter()
-        .map(|(sku, quantity)| (sku.as_str(), *quantity))
-        .unzip();
-    // One statement for all items, whatever their number.
-    sqlx::query!(
-        "insert into order_items (order_id, line, sku, quantity)
-         select $1, item.line - 1, item.sku, item.quantity
-         from unnest($2::text[], $3::int4[]) with ordinality as item (sku, quantity, line)",
-        order.id.as_uuid(),
-        &skus as &[&str],
-        &quantities,
-    )
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 /// One order with its items aggregated in line order.

@@ -506,11 +506,16 @@ async fn measure_one(args: &Args, setup: Setup) -> Vec<Figure> {
                 after.since(&before)
             );
         }
+        let loaded_floor_p99 = percentile(&loaded_floor, 0.99);
         let figure = match stack.latencies(since).await {
+            // What entrega adds: its p99 less the broker's own under the
+            // same load (the floor measured beside it).
             Ok(l) => format!(
-                "commit → effect p50/p99 {} ms ({} orders at {rate:.0}/s; broker floor p99 {floor_p99:.0} ms); \
+                "commit → effect p50/p99 {} ms, added p99 {:.0} ms over the broker's {loaded_floor_p99:.0} ms under this load \
+                 ({} orders at {rate:.0}/s; idle broker floor p99 {floor_p99:.0} ms); \
                  legs p50/p99: commit → ack {}, ack → consumed {}, consumed → effect {}, effect → order status {}",
                 p50_p99(&l.total),
+                percentile(&l.total, 0.99) - loaded_floor_p99,
                 l.total.len(),
                 p50_p99(&l.to_ack),
                 p50_p99(&l.to_consumed),

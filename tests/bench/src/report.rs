@@ -191,16 +191,16 @@ pub(crate) fn rates(rates: &[f64]) -> String {
 /// each going first in turn (whatever the first run leaves behind — a
 /// warmer cache, a busier checkpoint — falls on both alike); returns the
 /// two sides' figures, round by round.
-pub(crate) async fn interleaved<A, FA, B, FB>(
+pub(crate) async fn interleaved<A, FA, TA, B, FB, TB>(
     rounds: usize,
     mut measured: A,
     mut baseline: B,
-) -> (Vec<f64>, Vec<f64>)
+) -> (Vec<TA>, Vec<TB>)
 where
     A: FnMut() -> FA,
-    FA: Future<Output = f64>,
+    FA: Future<Output = TA>,
     B: FnMut() -> FB,
-    FB: Future<Output = f64>,
+    FB: Future<Output = TB>,
 {
     let (mut figures, mut baselines) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     for round in 0..rounds {

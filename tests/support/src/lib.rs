@@ -14,6 +14,7 @@ pub mod eventually; // the one retry-until-deadline helper
 pub mod kafka; // topics, record collection, the Java partitioner
 pub mod metrics; // reading a service's /metrics text
 pub mod otlp; // an OTLP/HTTP trace receiver
+pub mod outbox; // outbox rows compared column by column
 pub mod postgres; // private PostgreSQL clusters for restart tests
 pub mod process; // service binaries as child processes, signals, their logs
 pub mod proxy; // a TCP proxy a test can blackhole: a network partition

@@ -214,3 +214,67 @@ async fn a_rebalance_mid_stream_loses_no_record() {
     first.service.terminate(Duration::from_secs(30)).await;
     second.service.terminate(Duration::from_secs(30)).await;
 }
+
+/// A reservation writes its announcements inside its own statement
+/// (src/inventory.rs), not through `outbox::insert`: the two must write the
+/// same rows, every column but the rows' identity and time.
+#[tokio::test]
+async fn outcomes_write_their_outbox_rows_as_outbox_insert_does() {
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let test = InventoryTest::new().await;
+    test.set_stock("ABC-1", 10).await;
+    let service = test.start(&[], &[]).await;
+    let (reserved, rejected) = (Uuid::now_v7(), Uuid::now_v7());
+    for (order, quantity) in [(reserved, 3), (rejected, 30)] {
+        let mut record = Outgoing::order(order, &[("ABC-1", quantity)]);
+        for (name, value) in &mut record.headers {
+            if *name == "traceparent" {
+                *value = Some(TRACEPARENT.to_owned());
+            }
+        }
+        test.produce(&record).await;
+    }
+    assert_eq!(test.wait_for_reservation(reserved).await.0, "RESERVED");
+    assert_eq!(test.wait_for_reservation(rejected).await.0, "REJECTED");
+
+    let written: Vec<(Uuid, String, String, serde_json::Value, Option<String>)> = sqlx::query_as(
+        "select id, aggregateid, type, payload, tracingspancontext from outbox
+         where aggregateid = any($1) order by seq",
+    )
+    .bind([reserved.to_string(), rejected.to_string()])
+    .fetch_all(&test.pool)
+    .await
+    .unwrap();
+    assert_eq!(written.len(), 2);
+    for (id, aggregate_id, event_type, payload, context) in written {
+        let event_type = match event_type.as_str() {
+            "EstoqueReservado" => inventory_service::announce::EVENT_RESERVED,
+            "EstoqueRejeitado" => inventory_service::announce::EVENT_REJECTED,
+            other => panic!("unexpected event {other}"),
+        };
+        let trace = context
+            .as_deref()
+            .and_then(outbox::TraceContext::from_properties);
+        assert_eq!(
+            trace.as_ref().map(|t| t.trace_id()),
+            Some(&TRACEPARENT[3..35])
+        );
+        let copy = outbox::OutboxMessage::new(
+            inventory_service::announce::AGGREGATE_TYPE,
+            aggregate_id,
+            event_type,
+            payload,
+            trace,
+        );
+        let mut conn = test.pool.acquire().await.unwrap();
+        outbox::insert(
+            &mut conn,
+            std::slice::from_ref(&copy),
+            outbox::Cleanup::Relay,
+        )
+        .await
+        .unwrap();
+        test_support::outbox::assert_rows_alike(&test.pool, id, copy.id).await;
+    }
+    service.service.terminate(Duration::from_secs(30)).await;
+}

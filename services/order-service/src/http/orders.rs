@@ -15,6 +15,7 @@ use crate::idempotency::{
     self, ClaimError, IdempotencyKey, NextAction, RequestHash, SavedResponse,
 };
 use crate::orders::{self, Order, StatusChange};
+use crate::placing::{self, Claim};
 use crate::status::{self, Change, OrderStatus, Transition};
 use http_api::{ApiError, id_from_path, trace_context};
 use http_api::{Problem, ValidJson};
@@ -206,23 +207,44 @@ pub(super) async fn create_order(
     if let Some(key) = &key {
         tracing::Span::current().record("idempotency.key", key.as_str());
     }
-    let mut tx =
-        match idempotency::begin(&state.pool, key.as_ref(), hash, order.id, &response).await? {
-            NextAction::Proceed(tx) => tx,
-            NextAction::Replay(saved) => return Ok(respond(saved, true)),
+    let claim = key.as_ref().map(|key| Claim {
+        key,
+        hash,
+        response: &response,
+    });
+    // Two rounds at most: the key's row found conflicting can be purged
+    // (expired) before it is read, and then the key is free again.
+    for _ in 0..2 {
+        let placed = if state.outbox_cleanup == outbox::Cleanup::InTransaction {
+            // The row must be deleted by the transaction that wrote it, and
+            // a statement does not see the rows its own CTEs insert: here
+            // the order takes a transaction, two statements and its
+            // BEGIN/COMMIT.
+            let mut tx = state.pool.begin().await?;
+            let placed = placing::place(&mut *tx, &order, &message, claim).await?;
+            if placed {
+                outbox::delete_written(&mut tx, &[message.id]).await?;
+            }
+            tx.commit().await?;
+            placed
+        } else {
+            placing::place(&state.pool, &order, &message, claim).await?
         };
-    orders::insert(&mut tx, &order).await?;
-    outbox::insert(
-        &mut tx,
-        std::slice::from_ref(&message),
-        state.outbox_cleanup,
-    )
-    .await?;
-    tx.commit().await?;
-
-    metrics::counter!("orders_created_total").increment(1);
-    metrics::counter!("outbox_rows_written_total", "event_type" => message.event_type).increment(1);
-    Ok(respond(response, false))
+        if placed {
+            metrics::counter!("orders_created_total").increment(1);
+            metrics::counter!("outbox_rows_written_total", "event_type" => message.event_type)
+                .increment(1);
+            return Ok(respond(response, false));
+        }
+        // Nothing written: the key was claimed before.
+        let Some(key) = &key else {
+            return Err(ApiError::bug("an order without a key was not placed"));
+        };
+        if let Some(saved) = idempotency::saved(&state.pool, key, hash).await? {
+            return Ok(respond(saved, true));
+        }
+    }
+    Err(ClaimError::Database(sqlx::Error::RowNotFound).into())
 }
 
 /// Reads an order: its status, the reason for it, and its history.

@@ -145,3 +145,52 @@ async fn a_quantity_written_with_a_zero_fraction_is_an_integer() {
     assert_eq!(refused.status, 422, "{}", refused.body);
     assert_eq!(refused.body["errors"][0]["pointer"], "#/items/0/quantity");
 }
+
+/// POST /orders writes its outbox row inside its own statement
+/// (src/placing.rs), not through `outbox::insert`: the two must write the
+/// same row, every column but the row's identity and time.
+#[tokio::test]
+async fn the_order_writes_its_outbox_row_as_outbox_insert_does() {
+    const TRACESTATE: &str = "entrega=t61rcWkgMzE";
+    let app = spawn_app().await;
+    let created = app
+        .post_order_with(
+            &order_body("c-42", &[("ABC-1", 2), ("XYZ-9", 1)]),
+            &[("traceparent", TRACEPARENT), ("tracestate", TRACESTATE)],
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let (placed, aggregateid, payload): (Uuid, String, Value) =
+        sqlx::query_as("select id, aggregateid, payload from outbox")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+
+    let message = outbox::OutboxMessage::new(
+        order_service::events::AGGREGATE_TYPE_ORDER,
+        aggregateid,
+        order_service::events::EVENT_ORDER_CREATED,
+        payload,
+        outbox::TraceContext::parse(TRACEPARENT, Some(TRACESTATE)),
+    );
+    let mut conn = app.pool.acquire().await.unwrap();
+    outbox::insert(
+        &mut conn,
+        std::slice::from_ref(&message),
+        outbox::Cleanup::Relay,
+    )
+    .await
+    .unwrap();
+
+    test_support::outbox::assert_rows_alike(&app.pool, placed, message.id).await;
+    let context: Option<String> =
+        sqlx::query_scalar("select tracingspancontext from outbox where id = $1")
+            .bind(placed)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert!(
+        context.as_deref().is_some_and(|c| c.contains(TRACESTATE)),
+        "{context:?}"
+    );
+}
