@@ -44,7 +44,9 @@ pub struct Config {
 
     /// Rows read and published per batch: larger batches drain a backlog
     /// faster (one read, one delete and one wait for acknowledgements per
-    /// batch); a crash re-publishes at most one batch.
+    /// batch); a crash re-publishes at most two batches (while a backlog
+    /// drains, one batch is sent while the one before awaits its
+    /// acknowledgements).
     #[arg(long, env = "RELAY_BATCH_SIZE", default_value_t = 2000,
           value_parser = clap::value_parser!(i64).range(1..=10_000))]
     pub batch_size: i64,

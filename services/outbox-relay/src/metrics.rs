@@ -93,6 +93,10 @@ pub fn recorder() -> PrometheusHandle {
             "CDC mode: the WAL position last confirmed to the server"
         );
         metrics::describe_counter!(
+            "relay_overlapped_batches_total",
+            "Batches read and sent while the batch before awaited its acknowledgements (a backlog draining: reads came back full)"
+        );
+        metrics::describe_counter!(
             "relay_fenced_batches_total",
             "Batches of which nothing could be sent: even after a renewal the lease was too short (statements outlast the send window); the leader backs off"
         );
@@ -122,6 +126,7 @@ pub fn recorder() -> PrometheusHandle {
             "relay_withheld_rows_total",
             "relay_leaders_deposed_total",
             "relay_fenced_batches_total",
+            "relay_overlapped_batches_total",
             "relay_delivery_log_failures_total",
         ] {
             metrics::counter!(name).increment(0);

@@ -11,13 +11,13 @@ use futures::future::join_all;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use service_support::kafka::{Owned, PassthroughError};
 use service_support::producer::RebuildableProducer;
 use service_support::telemetry;
 
-use crate::record::OutboxRow;
+use crate::record::{OutboxRow, Router};
 
 /// What happened to one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,17 +39,16 @@ pub enum Outcome {
 /// The producer span of one row: a child of the context its writer stored
 /// (a root when there is none), closed once the batch's delivery reports
 /// are in. When traces are recorded, its context is what the record carries.
-fn producer_span(row: &OutboxRow) -> tracing::Span {
-    let topic = format!("{}{}", row.aggregatetype, crate::record::TOPIC_SUFFIX);
+fn producer_span(row: &OutboxRow, topic: &str) -> tracing::Span {
     let span = tracing::info_span!(
         parent: None,
         "publish",
-        otel.name = format!("{topic} publish"),
+        otel.name = %format_args!("{topic} publish"),
         otel.kind = "producer",
         otel.status_code = tracing::field::Empty,
         messaging.system = "kafka",
         messaging.operation.type = "send",
-        messaging.destination.name = topic.as_str(),
+        messaging.destination.name = topic,
         messaging.message.id = %row.id,
         messaging.kafka.message.key = row.aggregateid.as_str(),
         messaging.destination.partition.id = tracing::field::Empty,
@@ -188,122 +187,33 @@ pub struct Publisher {
     producer: RebuildableProducer,
 }
 
-impl std::fmt::Debug for Publisher {
+/// A batch handed to the producer, its delivery reports still to come.
+/// Owns its delivery futures: it holds no reference to the producer.
+pub struct Sent {
+    /// Rows that failed before they were handed over, or were withheld.
+    outcomes: Vec<Option<Outcome>>,
+    /// The rest: position in the batch, delivery report, producer span.
+    pending: Vec<(usize, DeliveryFuture, tracing::Span)>,
+}
+
+impl std::fmt::Debug for Sent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Publisher").finish_non_exhaustive()
+        f.debug_struct("Sent")
+            .field("in_flight", &self.pending.len())
+            .finish_non_exhaustive()
     }
 }
 
-impl Publisher {
-    pub fn new(config: ClientConfig) -> Result<Self, ProducerError> {
-        Ok(Self {
-            producer: RebuildableProducer::new(config)?,
-        })
-    }
-
-    /// Publishes `rows` in order and waits for every delivery report; a row
-    /// not handed to the producer by `send_by` is withheld. Returns one
-    /// outcome per row, in the same order.
-    pub async fn publish<R: Borrow<OutboxRow>>(
-        &mut self,
-        rows: &[R],
-        send_by: Instant,
-    ) -> Vec<Outcome> {
-        let mut outcomes = self.send_all(rows, send_by).await;
-        // A broker rejects a size violation for a whole produce request, so
-        // the poison row's neighbours fail with it. Resend each such row
-        // alone: only the real culprits keep their poison outcome.
-        let poisoned: Vec<usize> = (0..rows.len())
-            .filter(|&i| matches!(outcomes[i], Outcome::Poison(_)))
-            .collect();
-        if poisoned.len() > 1 {
-            for i in poisoned {
-                let single = self.send_all(std::slice::from_ref(&rows[i]), send_by).await;
-                outcomes[i] = single
-                    .into_iter()
-                    .next()
-                    .unwrap_or(Outcome::Transient("no outcome".into()));
-            }
-        }
-        if let Some((code, reason)) = self.producer.fatal_error() {
-            tracing::error!(?code, %reason, "fatal producer error; rebuilding the producer");
-            self.rebuild();
-        } else if outcomes.iter().any(|o| matches!(o, Outcome::Transient(_))) {
-            // After failed deliveries librdkafka would bump the idempotent
-            // producer's epoch (KIP-360) and carry on. Not every
-            // Kafka-protocol broker handles that bump (tansu 0.6 rejects
-            // every later produce), while a fresh producer id works on all
-            // of them; nothing is lost, as unacknowledged rows are retried.
-            tracing::info!("rebuilding the producer after failed deliveries");
-            self.rebuild();
-        }
-        outcomes
-    }
-
-    async fn send_all<R: Borrow<OutboxRow>>(&self, rows: &[R], send_by: Instant) -> Vec<Outcome> {
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
-        let mut pending = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().map(Borrow::borrow).enumerate() {
-            if Instant::now() >= send_by {
-                outcomes[i..].fill(Some(Outcome::Withheld));
-                break;
-            }
-            let span = producer_span(row);
-            let record = match row.to_record(telemetry::recorded(&span).as_ref()) {
-                Ok(record) => record,
-                Err(error) => {
-                    let outcome = Outcome::Poison(error.to_string());
-                    record_failure(&span, &outcome);
-                    outcomes[i] = Some(outcome);
-                    continue;
-                }
-            };
-            let headers =
-                record
-                    .headers
-                    .iter()
-                    .fold(OwnedHeaders::new(), |headers, (key, value)| {
-                        headers.insert(Header {
-                            key,
-                            value: value.as_deref(),
-                        })
-                    });
-            let mut future_record = FutureRecord::to(&record.topic)
-                .key(record.key.as_slice())
-                .payload(record.value.as_slice())
-                .headers(headers);
-            // Enqueue; a full local queue is back-pressure: wait and retry.
-            let delivery = loop {
-                match self.producer.send_result(future_record) {
-                    Ok((delivery, _generation)) => break Ok(delivery),
-                    Err((error, returned))
-                        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
-                    {
-                        if Instant::now() >= send_by {
-                            break Err(None);
-                        }
-                        future_record = returned;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    Err((error, _)) => break Err(Some(error)),
-                }
-            };
-            match delivery {
-                Ok(delivery) => pending.push((i, (delivery, span))),
-                Err(Some(error)) => {
-                    let outcome = classify(&error);
-                    record_failure(&span, &outcome);
-                    outcomes[i] = Some(outcome);
-                }
-                Err(None) => {
-                    record_failure(&span, &Outcome::Withheld);
-                    outcomes[i..].fill(Some(Outcome::Withheld));
-                    break;
-                }
-            }
-        }
-        metrics::counter!("relay_records_sent_total").increment(pending.len() as u64);
-        let (indices, in_flight): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
+impl Sent {
+    async fn reports(self) -> Vec<Outcome> {
+        let Self {
+            mut outcomes,
+            pending,
+        } = self;
+        let (indices, in_flight): (Vec<usize>, Vec<_>) = pending
+            .into_iter()
+            .map(|(i, delivery, span)| (i, (delivery, span)))
+            .unzip();
         let (deliveries, spans): (Vec<_>, Vec<_>) = in_flight.into_iter().unzip();
         let reports = join_all(deliveries).await;
         for ((i, report), span) in indices.into_iter().zip(reports).zip(spans) {
@@ -328,6 +238,144 @@ impl Publisher {
             .into_iter()
             .map(|outcome| outcome.unwrap_or(Outcome::Transient("no outcome".to_owned())))
             .collect()
+    }
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher").finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    pub fn new(config: ClientConfig) -> Result<Self, ProducerError> {
+        Ok(Self {
+            producer: RebuildableProducer::new(config)?,
+        })
+    }
+
+    /// Publishes `rows` in order and waits for every delivery report; a row
+    /// not handed to the producer by `send_by` is withheld. Returns one
+    /// outcome per row, in the same order.
+    pub async fn publish<R: Borrow<OutboxRow>>(
+        &mut self,
+        rows: &[R],
+        send_by: Instant,
+    ) -> Vec<Outcome> {
+        let sent = self.send(rows, send_by).await;
+        self.settle(rows, sent, send_by).await
+    }
+
+    /// Waits for the delivery reports of `rows`, handed over by
+    /// [`Self::send`], and returns one outcome per row, in order. Another
+    /// batch may be in flight meanwhile: if this one failed, the producer
+    /// is rebuilt under it, and its records fail as transient (nothing is
+    /// lost: they are retried).
+    pub async fn settle<R: Borrow<OutboxRow>>(
+        &mut self,
+        rows: &[R],
+        sent: Sent,
+        send_by: Instant,
+    ) -> Vec<Outcome> {
+        let mut outcomes = sent.reports().await;
+        // A broker rejects a size violation for a whole produce request, so
+        // the poison row's neighbours fail with it. Resend each such row
+        // alone: only the real culprits keep their poison outcome.
+        let poisoned: Vec<usize> = (0..rows.len())
+            .filter(|&i| matches!(outcomes[i], Outcome::Poison(_)))
+            .collect();
+        if poisoned.len() > 1 {
+            for i in poisoned {
+                let single = self.send(std::slice::from_ref(&rows[i]), send_by).await;
+                outcomes[i] = single
+                    .reports()
+                    .await
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Outcome::Transient("no outcome".into()));
+            }
+        }
+        if let Some((code, reason)) = self.producer.fatal_error() {
+            tracing::error!(?code, %reason, "fatal producer error; rebuilding the producer");
+            self.rebuild();
+        } else if outcomes.iter().any(|o| matches!(o, Outcome::Transient(_))) {
+            // After failed deliveries librdkafka would bump the idempotent
+            // producer's epoch (KIP-360) and carry on. Not every
+            // Kafka-protocol broker handles that bump (tansu 0.6 rejects
+            // every later produce), while a fresh producer id works on all
+            // of them; nothing is lost, as unacknowledged rows are retried.
+            tracing::info!("rebuilding the producer after failed deliveries");
+            self.rebuild();
+        }
+        outcomes
+    }
+
+    /// Hands `rows` to the producer in order, without waiting for their
+    /// delivery reports ([`Self::settle`] does); a row not handed over by
+    /// `send_by` is withheld, and so are the rows after it.
+    pub async fn send<R: Borrow<OutboxRow>>(&self, rows: &[R], send_by: Instant) -> Sent {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
+        let mut pending = Vec::with_capacity(rows.len());
+        let mut router = Router::default();
+        for (i, row) in rows.iter().map(Borrow::borrow).enumerate() {
+            if Instant::now() >= send_by {
+                outcomes[i..].fill(Some(Outcome::Withheld));
+                break;
+            }
+            let topic = match router.topic(&row.aggregatetype) {
+                Ok(topic) => topic,
+                Err(error) => {
+                    let span = producer_span(row, &row.aggregatetype);
+                    let outcome = Outcome::Poison(error.to_string());
+                    record_failure(&span, &outcome);
+                    outcomes[i] = Some(outcome);
+                    continue;
+                }
+            };
+            let span = producer_span(row, topic);
+            let context = telemetry::recorded(&span);
+            let record = row.to_record(topic, context.as_ref());
+            let headers = record
+                .headers()
+                .fold(OwnedHeaders::new(), |headers, (key, value)| {
+                    headers.insert(Header { key, value })
+                });
+            let mut future_record = FutureRecord::to(record.topic)
+                .key(record.key)
+                .payload(record.value.as_slice())
+                .headers(headers);
+            // Enqueue; a full local queue is back-pressure: wait and retry.
+            let delivery = loop {
+                match self.producer.send_result(future_record) {
+                    Ok((delivery, _generation)) => break Ok(delivery),
+                    Err((error, returned))
+                        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+                    {
+                        if Instant::now() >= send_by {
+                            break Err(None);
+                        }
+                        future_record = returned;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((error, _)) => break Err(Some(error)),
+                }
+            };
+            match delivery {
+                Ok(delivery) => pending.push((i, delivery, span)),
+                Err(Some(error)) => {
+                    let outcome = classify(&error);
+                    record_failure(&span, &outcome);
+                    outcomes[i] = Some(outcome);
+                }
+                Err(None) => {
+                    record_failure(&span, &Outcome::Withheld);
+                    outcomes[i..].fill(Some(Outcome::Withheld));
+                    break;
+                }
+            }
+        }
+        metrics::counter!("relay_records_sent_total").increment(pending.len() as u64);
+        Sent { outcomes, pending }
     }
 
     /// Replaces the producer. A fatal error ends an idempotent producer for

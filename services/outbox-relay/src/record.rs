@@ -28,16 +28,31 @@ pub struct OutboxRow {
     pub attempts: i32,
 }
 
-/// The record to send.
+/// The record to send, borrowing what it can from its row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutgoingRecord {
-    pub topic: String,
-    pub key: Vec<u8>,
+pub struct OutgoingRecord<'a> {
+    pub topic: &'a str,
+    pub key: &'a [u8],
     pub value: Vec<u8>,
+    id: [u8; 36],
+    event_type: &'a [u8],
+    traceparent: Option<&'a [u8]>,
+    tracestate: Option<&'a [u8]>,
+}
+
+impl OutgoingRecord<'_> {
     /// In Debezium's order: `id`, then the additional fields as configured.
     /// A NULL column gives a header with a null value. `tracestate` follows
     /// when the context has one.
-    pub headers: Vec<(&'static str, Option<Vec<u8>>)>,
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, Option<&[u8]>)> {
+        [
+            ("id", Some(self.id.as_slice())),
+            ("eventType", Some(self.event_type)),
+            ("traceparent", self.traceparent),
+        ]
+        .into_iter()
+        .chain(self.tracestate.map(|state| ("tracestate", Some(state))))
+    }
 }
 
 /// Why a row cannot become a record at all.
@@ -57,6 +72,29 @@ pub fn topic_for(aggregatetype: &str) -> Result<String, RecordError> {
     }
 }
 
+/// [`topic_for`] once per run of rows of one aggregate type (a batch is
+/// usually a single run), not once per row.
+#[derive(Debug, Default)]
+pub struct Router {
+    last: Option<(String, Result<String, RecordError>)>,
+}
+
+impl Router {
+    pub fn topic(&mut self, aggregatetype: &str) -> Result<&str, RecordError> {
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|(routed, _)| routed != aggregatetype)
+        {
+            self.last = None;
+        }
+        let (_, topic) = self
+            .last
+            .get_or_insert_with(|| (aggregatetype.to_owned(), topic_for(aggregatetype)));
+        topic.as_deref().map_err(Clone::clone)
+    }
+}
+
 impl OutboxRow {
     /// The trace context the writer stored; an invalid one is ignored.
     pub fn stored_trace(&self) -> Option<TraceContext> {
@@ -66,34 +104,35 @@ impl OutboxRow {
             .or_else(|| TraceContext::parse(self.traceparent.as_deref()?, None))
     }
 
-    /// The record for this row. `producer` is the relay's producer span
-    /// when traces are recorded: the record carries its context. Without
-    /// one, the record is what Debezium without OpenTelemetry emits: the
-    /// `traceparent` column copied as it is, no `tracestate`.
-    pub fn to_record(
-        &self,
-        producer: Option<&TraceContext>,
-    ) -> Result<OutgoingRecord, RecordError> {
-        let mut headers = vec![
-            ("id", Some(self.id.hyphenated().to_string().into_bytes())),
-            ("eventType", Some(self.event_type.clone().into_bytes())),
-        ];
+    /// The record for this row, sent to `topic` (its [`topic_for`]).
+    /// `producer` is the relay's producer span when traces are recorded:
+    /// the record carries its context. Without one, the record is what
+    /// Debezium without OpenTelemetry emits: the `traceparent` column
+    /// copied as it is, no `tracestate`.
+    pub fn to_record<'a>(
+        &'a self,
+        topic: &'a str,
+        producer: Option<&'a TraceContext>,
+    ) -> OutgoingRecord<'a> {
+        let mut id = [0; 36];
+        self.id.hyphenated().encode_lower(&mut id);
         // Debezium adds a configured header even when the column is NULL,
         // with a null value; so does the relay.
         let traceparent = match producer {
-            Some(producer) => Some(producer.traceparent().to_owned()),
-            None => self.traceparent.clone(),
+            Some(producer) => Some(producer.traceparent()),
+            None => self.traceparent.as_deref(),
         };
-        headers.push(("traceparent", traceparent.map(String::into_bytes)));
-        if let Some(state) = producer.and_then(TraceContext::tracestate) {
-            headers.push(("tracestate", Some(state.as_bytes().to_vec())));
-        }
-        Ok(OutgoingRecord {
-            topic: topic_for(&self.aggregatetype)?,
-            key: self.aggregateid.clone().into_bytes(),
+        OutgoingRecord {
+            topic,
+            key: self.aggregateid.as_bytes(),
             value: compact_json(&self.payload).into_bytes(),
-            headers,
-        })
+            id,
+            event_type: self.event_type.as_bytes(),
+            traceparent: traceparent.map(str::as_bytes),
+            tracestate: producer
+                .and_then(TraceContext::tracestate)
+                .map(str::as_bytes),
+        }
     }
 }
 
@@ -159,17 +198,26 @@ mod tests {
         }
     }
 
+    fn headers(record: &OutgoingRecord<'_>) -> Vec<(&'static str, Option<Vec<u8>>)> {
+        record
+            .headers()
+            .map(|(key, value)| (key, value.map(<[u8]>::to_vec)))
+            .collect()
+    }
+
     #[test]
     fn a_row_becomes_the_debezium_record() {
-        let record = row().to_record(None).unwrap();
+        let row = row();
+        let topic = topic_for(&row.aggregatetype).unwrap();
+        let record = row.to_record(&topic, None);
         assert_eq!(record.topic, "pedido.eventos");
         assert_eq!(record.key, b"0190f5d2-7c1e-7000-8000-000000000001");
         assert_eq!(
-            String::from_utf8(record.value).unwrap(),
+            String::from_utf8(record.value.clone()).unwrap(),
             r#"{"itens":[{"sku":"ABC-1","quantidade":2}],"clienteId":"c 42"}"#
         );
         assert_eq!(
-            record.headers,
+            headers(&record),
             vec![
                 ("id", Some(b"0190f5d2-7c1e-7000-8000-00000000000a".to_vec())),
                 ("eventType", Some(b"PedidoCriado".to_vec())),
@@ -183,9 +231,10 @@ mod tests {
     #[test]
     fn the_trace_travels_as_headers_when_present() {
         let trace = TraceContext::parse(TRACEPARENT, Some("congo=t61rcWkgMzE")).unwrap();
-        let record = row().to_record(Some(&trace)).unwrap();
+        let row = row();
+        let record = row.to_record("pedido.eventos", Some(&trace));
         assert_eq!(
-            record.headers[2..],
+            headers(&record)[2..],
             [
                 ("traceparent", Some(TRACEPARENT.as_bytes().to_vec())),
                 ("tracestate", Some(b"congo=t61rcWkgMzE".to_vec())),
@@ -197,15 +246,14 @@ mod tests {
     fn without_a_producer_span_the_traceparent_column_is_copied_as_debezium_does() {
         // Valid for the column's check, not for W3C: copied all the same.
         let odd = "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let record = OutboxRow {
+        let row = OutboxRow {
             traceparent: Some(odd.into()),
             tracingspancontext: Some(format!("traceparent={TRACEPARENT}\ntracestate=a=b\n")),
             ..row()
-        }
-        .to_record(None)
-        .unwrap();
+        };
+        let record = row.to_record("pedido.eventos", None);
         assert_eq!(
-            record.headers[2..],
+            headers(&record)[2..],
             [("traceparent", Some(odd.as_bytes().to_vec()))]
         );
     }
@@ -237,16 +285,23 @@ mod tests {
 
     #[test]
     fn an_aggregatetype_that_makes_no_topic_name_is_an_error() {
+        let mut router = Router::default();
         for bad in ["", "pedido eventos", "pedido/x", "ç"] {
-            let row = OutboxRow {
-                aggregatetype: bad.into(),
-                ..row()
-            };
             assert_eq!(
-                row.to_record(None),
+                router.topic(bad),
                 Err(RecordError::InvalidTopic(bad.into()))
             );
         }
+    }
+
+    #[test]
+    fn the_router_follows_the_aggregate_type_from_row_to_row() {
+        let mut router = Router::default();
+        assert_eq!(router.topic("pedido"), Ok("pedido.eventos"));
+        assert_eq!(router.topic("pedido"), Ok("pedido.eventos"));
+        assert_eq!(router.topic("estoque"), Ok("estoque.eventos"));
+        assert!(router.topic("a b").is_err());
+        assert_eq!(router.topic("pedido"), Ok("pedido.eventos"));
     }
 
     #[test]

@@ -63,9 +63,14 @@ pub async fn check_table(pool: &PgPool, log: DeliveryLog) -> Result<(), sqlx::Er
 /// tenth of a read, so that however many of them are due, the rows behind
 /// them are read too (no head-of-line blocking by a broken topic or
 /// partition).
+///
+/// `in_flight` are rows sent and not yet recorded (the batch before this
+/// one, while a backlog drains): they are skipped, and as they are still
+/// unpublished, the later rows of their aggregates are not taken either.
 pub async fn fetch_pending(
     conn: &mut PgConnection,
     limit: i64,
+    in_flight: &[Uuid],
 ) -> Result<Vec<OutboxRow>, sqlx::Error> {
     // Each half walks an index that holds only the rows it may take, so a
     // read costs what it returns, not what waits: rows never deferred in
@@ -81,6 +86,10 @@ pub async fn fetch_pending(
     // as one index probe per row the scan meets: as an anti-join, a plan
     // made before the table was first analysed (a bulk backlog) could be
     // quadratic (seen in P2: one read of 50 000 rows ran for minutes).
+    //
+    // The in-flight ids are an uncorrelated `not in` subquery so that the
+    // array is hashed once per statement (a hashed SubPlan), not searched
+    // for each row the scan meets, as `<> all($3)` would be.
     sqlx::query_as!(
         OutboxRow,
         r#"select id as "id!", aggregatetype as "aggregatetype!", aggregateid as "aggregateid!",
@@ -90,6 +99,7 @@ pub async fn fetch_pending(
                          o.traceparent, o.tracingspancontext, o.seq, o.attempts
                   from outbox o
                   where o.published_at is null and o.parked_at is null and o.deferrals = 0
+                    and o.id not in (select unnest($3::uuid[]))
                     and o.seq = (
                         select min(e.seq) from outbox e
                         where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
@@ -102,6 +112,7 @@ pub async fn fetch_pending(
                   from outbox o
                   where o.published_at is null and o.parked_at is null
                     and o.deferrals > 0 and o.next_attempt_at <= now()
+                    and o.id not in (select unnest($3::uuid[]))
                     and o.seq = (
                         select min(e.seq) from outbox e
                         where e.aggregatetype = o.aggregatetype and e.aggregateid = o.aggregateid
@@ -111,6 +122,7 @@ pub async fn fetch_pending(
            order by seq"#,
         limit,
         (limit / 10).max(1),
+        in_flight,
     )
     .fetch_all(conn)
     .await

@@ -92,7 +92,7 @@ mod tests {
         assert_eq!(row.seq, 42);
         assert_eq!(row.traceparent, None);
         assert_eq!(row.event_type, "PedidoCriado");
-        assert_eq!(row.to_record(None).unwrap().value, b"{\"a\":1}");
+        assert_eq!(row.to_record("t.eventos", None).value, b"{\"a\":1}");
     }
 
     #[test]

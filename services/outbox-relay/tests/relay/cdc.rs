@@ -13,6 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use outbox_relay::cdc::pgoutput::{self, Message, Relations};
 use outbox_relay::cdc::row::outbox_row;
+use outbox_relay::record::topic_for;
 use outbox_relay::store;
 use sqlx::{Connection, PgConnection, PgPool};
 use test_support::eventually::eventually;
@@ -112,13 +113,19 @@ async fn rows_from_the_wal_are_the_rows_poll_mode_reads_and_make_the_same_record
         "Begin, Relation, rows, Commit per transaction"
     );
 
-    let polled = store::fetch_pending(&mut db, 100).await.unwrap();
+    let polled = store::fetch_pending(&mut db, 100, &[]).await.unwrap();
     assert_eq!(from_wal.len(), 3);
     assert_eq!(from_wal, polled, "the same rows, in the same order");
     for (wal, poll) in from_wal.iter().zip(&polled) {
-        let record =
-            |row: &outbox_relay::record::OutboxRow| row.to_record(row.stored_trace().as_ref());
-        assert_eq!(record(wal).unwrap(), record(poll).unwrap());
+        let (wal_topic, poll_topic) = (
+            topic_for(&wal.aggregatetype),
+            topic_for(&poll.aggregatetype),
+        );
+        let (wal_trace, poll_trace) = (wal.stored_trace(), poll.stored_trace());
+        assert_eq!(
+            wal.to_record(&wal_topic.unwrap(), wal_trace.as_ref()),
+            poll.to_record(&poll_topic.unwrap(), poll_trace.as_ref())
+        );
     }
 }
 

@@ -405,7 +405,7 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
     let delivery_timeout = Duration::from_secs(1);
     let mut leader = lead_alone(&test, lease).await;
     let rows = leader
-        .run(async |conn| store::fetch_pending(conn, 100).await)
+        .run(async |conn| store::fetch_pending(conn, 100, &[]).await)
         .await
         .unwrap();
     assert_eq!(rows.len(), 10, "one row per aggregate");
@@ -427,7 +427,7 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
     );
     assert!(
         leader
-            .run(async |conn| store::fetch_pending(conn, 1).await)
+            .run(async |conn| store::fetch_pending(conn, 1, &[]).await)
             .await
             .is_err(),
         "the deposed session still answers"
@@ -469,7 +469,7 @@ async fn records_handed_over_before_the_deadline_never_land_after_the_takeover()
     let warm_up = test.insert_events(1, 1).await;
     let mut leader = lead_alone(&test, lease).await;
     let first = leader
-        .run(async |conn| store::fetch_pending(conn, 100).await)
+        .run(async |conn| store::fetch_pending(conn, 100, &[]).await)
         .await
         .unwrap();
     // The first send may take longer than the 1 s timeout (the producer id).
@@ -498,7 +498,7 @@ async fn records_handed_over_before_the_deadline_never_land_after_the_takeover()
     let inserted = test.insert_events(10, 2).await;
     broker.stop().await;
     let rows = leader
-        .run(async |conn| store::fetch_pending(conn, 100).await)
+        .run(async |conn| store::fetch_pending(conn, 100, &[]).await)
         .await
         .unwrap();
     assert_eq!(rows.len(), 10, "one row per aggregate");

@@ -16,6 +16,28 @@ async fn outbox_seq_scans(pool: &sqlx::PgPool) -> i64 {
 }
 
 #[tokio::test]
+async fn a_read_skips_rows_in_flight_and_the_later_rows_of_their_aggregates() {
+    let test = RelayTest::new().await;
+    test.insert_events(3, 2).await;
+    let mut conn = test.pool.acquire().await.unwrap();
+    let ids = |rows: &[outbox_relay::record::OutboxRow]| -> Vec<uuid::Uuid> {
+        rows.iter().map(|row| row.id).collect()
+    };
+
+    let heads = store::fetch_pending(&mut conn, 100, &[]).await.unwrap();
+    assert_eq!(heads.len(), 3);
+    // The first aggregate's head is in flight: its second row must wait.
+    let rest = store::fetch_pending(&mut conn, 100, &[heads[0].id])
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest), ids(&heads[1..]));
+    let none = store::fetch_pending(&mut conn, 100, &ids(&heads))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+#[tokio::test]
 async fn no_relay_statement_scans_the_whole_outbox() {
     let test = RelayTest::new().await;
     let ids = test.insert_events(3, 2).await;
@@ -39,7 +61,7 @@ async fn no_relay_statement_scans_the_whole_outbox() {
     {
         let mut conn = relay.acquire().await.unwrap();
         // One row per aggregate: the earliest of each.
-        let pending = store::fetch_pending(&mut conn, 100).await.unwrap();
+        let pending = store::fetch_pending(&mut conn, 100, &[]).await.unwrap();
         assert_eq!(pending.len(), 3);
         let delivery = |i: usize| Delivery {
             id: ids[i],
@@ -159,7 +181,7 @@ async fn a_read_does_not_walk_the_rows_waiting_out_a_broker_fault() {
     let before = outbox_rows_scanned(&test.pool).await;
     let pending = {
         let mut conn = relay.acquire().await.unwrap();
-        store::fetch_pending(&mut conn, 100).await.unwrap()
+        store::fetch_pending(&mut conn, 100, &[]).await.unwrap()
     };
     flush().await;
     let scanned = outbox_rows_scanned(&test.pool).await - before;
