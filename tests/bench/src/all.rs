@@ -30,6 +30,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         service: format!("{bin}/order-service"),
         duration: Duration::from_secs(10),
         rounds: 3,
+        pool_size: None,
     })
     .await;
     figures.extend(p1);

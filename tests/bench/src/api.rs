@@ -104,13 +104,14 @@ pub(crate) async fn orders_database(prefix: &str) -> TestDatabase {
 pub(crate) async fn api_rate(
     binary: &str,
     concurrency: usize,
+    pool_size: Option<u32>,
     duration: Duration,
     environment: &[(&str, String)],
 ) -> f64 {
     let database = orders_database("bench_api").await;
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
-    let pool_size = concurrency.to_string();
+    let pool_size = pool_size.map_or_else(|| concurrency.to_string(), |size| size.to_string());
     let service = Service::start(
         "order-service",
         binary,
@@ -181,6 +182,10 @@ pub(crate) struct Args {
     /// Rounds, the two sides interleaved.
     #[arg(long, default_value_t = 3)]
     pub(crate) rounds: usize,
+    /// The service's database pool (`--db-pool-size`); by default as many
+    /// connections as the load has.
+    #[arg(long)]
+    pub(crate) pool_size: Option<u32>,
 }
 
 /// P1 at concurrency 16 and 64; with the API's median rate at 16 (the
@@ -194,7 +199,15 @@ pub(crate) async fn measure(args: &Args) -> (f64, Vec<Figure>) {
         // rows (the next round the other way round).
         let (api, baselines) = interleaved(
             args.rounds,
-            || api_rate(&args.service, concurrency, args.duration, &[]),
+            || {
+                api_rate(
+                    &args.service,
+                    concurrency,
+                    args.pool_size,
+                    args.duration,
+                    &[],
+                )
+            },
             || async {
                 let transaction = pgbench_rate(&transaction, concurrency, args.duration).await;
                 let statement = pgbench_rate(&statement, concurrency, args.duration).await;

@@ -9,6 +9,7 @@ use test_support::kafka::{bootstrap_servers, create_topic_with, enqueue};
 use test_support::process::{Service, free_port};
 use uuid::Uuid;
 
+use crate::cpu::Components;
 use crate::relay;
 use crate::report::{Figure, Ratio, interleaved, rates};
 
@@ -258,9 +259,18 @@ pub(crate) async fn consumer_rate(
     };
     let started = Instant::now();
     let total = args.records as f64;
-    while processed(&http).await < total {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut components = Components::default();
+    components.process("inventory-service", service.pid());
+    components.server("inventory", &url).await;
+    components.broker(&broker.bootstrap).await;
+    let ((), cpu) = components
+        .during(async {
+            while processed(&http).await < total {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    println!("  consumer, batch {batch_size}: CPU {cpu}");
     // Every record applied, not only counted.
     let applied: i64 = sqlx::query_scalar("select count(*) from reservations")
         .fetch_one(&pool)
@@ -282,8 +292,9 @@ pub(crate) async fn consumer_rate(
 const TRACE: &str = "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'";
 
 /// The consumer's transaction for one record, as SQL, statement for
-/// statement: the dedupe row, the stock lock, the "already decided" check,
-/// the outcome, its items, the stock update, the outcome's outbox row.
+/// statement: the dedupe row; the stock lock with the "already decided"
+/// check in one statement; the outcome, its items, the stock update and
+/// the outcome's outbox row in one statement of data-modifying CTEs.
 fn reserve_one() -> String {
     format!(
         r#"
@@ -291,14 +302,21 @@ fn reserve_one() -> String {
 BEGIN;
 INSERT INTO mensagem_processada (consumidor, mensagem_id) VALUES ('estoque.reserva', gen_random_uuid())
   ON CONFLICT DO NOTHING RETURNING mensagem_id, gen_random_uuid() AS order_id \gset
-SELECT sku, available FROM stock WHERE sku = ANY(ARRAY['SKU-' || (:n % 100), 'SKU-' || ((:n * 7 + 3) % 100)]) ORDER BY sku FOR UPDATE;
-SELECT order_id FROM reservations WHERE order_id = ANY(ARRAY[:order_id::uuid]);
-INSERT INTO reservations (order_id, status, reason, message_id) VALUES (:order_id::uuid, 'RESERVED', NULL, :mensagem_id::uuid);
-INSERT INTO reservation_items (order_id, line, sku, quantity)
+WITH locked AS (
+  SELECT sku, available FROM stock WHERE sku = ANY(ARRAY['SKU-' || (:n % 100), 'SKU-' || ((:n * 7 + 3) % 100)]) ORDER BY sku FOR UPDATE)
+SELECT sku, available, NULL::uuid FROM locked
+UNION ALL
+SELECT NULL, NULL, order_id FROM reservations WHERE order_id = ANY(ARRAY[:order_id::uuid]);
+WITH outcomes AS (
+  INSERT INTO reservations (order_id, status, reason, message_id) VALUES (:order_id::uuid, 'RESERVED', NULL, :mensagem_id::uuid)
+), items AS (
+  INSERT INTO reservation_items (order_id, line, sku, quantity)
   SELECT :order_id::uuid, item.line - 1, item.sku, item.quantity
-  FROM unnest(ARRAY['SKU-' || (:n % 100), 'SKU-' || ((:n * 7 + 3) % 100)], ARRAY[2, 1]) WITH ORDINALITY AS item (sku, quantity, line);
-UPDATE stock s SET available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
-  FROM unnest(ARRAY['SKU-' || (:n % 100), 'SKU-' || ((:n * 7 + 3) % 100)], ARRAY[2, 1]) AS w (sku, quantity) WHERE s.sku = w.sku;
+  FROM unnest(ARRAY['SKU-' || (:n % 100), 'SKU-' || ((:n * 7 + 3) % 100)], ARRAY[2, 1]) WITH ORDINALITY AS item (sku, quantity, line)
+), taken AS (
+  UPDATE stock s SET available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
+  FROM unnest(ARRAY['SKU-' || (:n % 100), 'SKU-' || ((:n * 7 + 3) % 100)], ARRAY[2, 1]) AS w (sku, quantity) WHERE s.sku = w.sku
+)
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, traceparent, tracingspancontext)
   VALUES ({v7}, 'estoque', :order_id::text, 'EstoqueReservado',
           jsonb_build_object('pedidoId', :order_id::text,
@@ -313,8 +331,8 @@ COMMIT;
 }
 
 /// The consumer's transaction for a batch of `records`, as SQL, set-based
-/// as the service runs it: one statement per table whatever the count,
-/// each taking the batch as arrays. The batch's ids and skus are made in
+/// as the service runs it: the claim, the lock with the decided check, the
+/// writes, whatever the count, each taking the batch as arrays. The batch's ids and skus are made in
 /// the first statement (which claims the message ids, as the service's
 /// first statement does) and travel as arrays from there, as the service's
 /// parameters do. Record `i`'s skus come from n = a + 37 i.
@@ -338,23 +356,30 @@ SELECT (SELECT count(*) FROM claimed) AS claimed,
        array_agg(event ORDER BY i) AS events,
        array_agg(first ORDER BY i) AS firsts, array_agg(second ORDER BY i) AS seconds
 FROM batch \gset
-SELECT sku, available FROM stock
-  WHERE sku = ANY(:firsts::text[] || :seconds::text[]) ORDER BY sku FOR UPDATE;
-SELECT order_id FROM reservations WHERE order_id = ANY(:orders::uuid[]);
-INSERT INTO reservations (order_id, status, reason, message_id)
+WITH locked AS (
+  SELECT sku, available FROM stock
+  WHERE sku = ANY(:firsts::text[] || :seconds::text[]) ORDER BY sku FOR UPDATE)
+SELECT sku, available, NULL::uuid FROM locked
+UNION ALL
+SELECT NULL, NULL, order_id FROM reservations WHERE order_id = ANY(:orders::uuid[]);
+WITH outcomes AS (
+  INSERT INTO reservations (order_id, status, reason, message_id)
   SELECT * FROM unnest(:orders::uuid[], array_fill('RESERVED'::text, ARRAY[{records}]),
-                       array_fill(NULL::text, ARRAY[{records}]), :messages::uuid[]);
-INSERT INTO reservation_items (order_id, line, sku, quantity)
+                       array_fill(NULL::text, ARRAY[{records}]), :messages::uuid[])
+), items AS (
+  INSERT INTO reservation_items (order_id, line, sku, quantity)
   SELECT * FROM unnest(:orders::uuid[] || :orders::uuid[],
                        array_fill(0::int2, ARRAY[{records}]) || array_fill(1::int2, ARRAY[{records}]),
                        :firsts::text[] || :seconds::text[],
-                       array_fill(2, ARRAY[{records}]) || array_fill(1, ARRAY[{records}]));
-UPDATE stock s SET available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
+                       array_fill(2, ARRAY[{records}]) || array_fill(1, ARRAY[{records}]))
+), taken AS (
+  UPDATE stock s SET available = s.available - w.quantity, reserved = s.reserved + w.quantity, updated_at = now()
   FROM (SELECT sku, sum(quantity)::int8 AS quantity
         FROM unnest(:firsts::text[] || :seconds::text[],
                     array_fill(2, ARRAY[{records}]) || array_fill(1, ARRAY[{records}])) AS item (sku, quantity)
         GROUP BY sku) AS w
-  WHERE s.sku = w.sku;
+  WHERE s.sku = w.sku
+)
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, traceparent, tracingspancontext)
   SELECT id, 'estoque', order_id::text, 'EstoqueReservado',
          jsonb_build_object('pedidoId', order_id::text,
@@ -381,13 +406,17 @@ async fn pgbench_rate(batch_size: u32, duration: Duration) -> f64 {
     } else {
         reserve_batch(batch_size)
     };
-    let tps = crate::pgbench::tps(
-        &database.url(),
-        &script,
-        PARTITIONS.unsigned_abs(),
-        duration,
-    )
-    .await;
+    let mut components = Components::default();
+    components.server("inventory", &database.url()).await;
+    let (tps, cpu) = components
+        .during(crate::pgbench::tps(
+            &database.url(),
+            &script,
+            PARTITIONS.unsigned_abs(),
+            duration,
+        ))
+        .await;
+    println!("  pgbench, batch {batch_size}: CPU {cpu}");
     tps * f64::from(batch_size)
 }
 

@@ -77,6 +77,21 @@ impl Components {
             .push((format!("PostgreSQL: {holds}"), Source::Server(postmaster)));
     }
 
+    /// The Kafka-protocol broker listening on `bootstrap`'s first address
+    /// on this machine, and the PostgreSQL server it stores in
+    /// (`ENTREGA_BROKER_STORAGE_URL`, as `scripts/services env` sets it).
+    pub(crate) async fn broker(&mut self, bootstrap: &str) {
+        let port = bootstrap
+            .split(',')
+            .next()
+            .and_then(|address| address.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse().ok());
+        self.process("broker", port.and_then(listening_on));
+        if let Ok(storage) = std::env::var("ENTREGA_BROKER_STORAGE_URL") {
+            self.server("broker storage", &storage).await;
+        }
+    }
+
     /// Runs `work`; with its output, each component's share of the CPU
     /// meanwhile ([`Self::between`]).
     pub(crate) async fn during<T>(&self, work: impl Future<Output = T>) -> (T, String) {
@@ -175,6 +190,42 @@ fn parent(pid: u32) -> Option<u32> {
     stat_of(pid).map(|stat| stat.parent)
 }
 
+/// The process with a socket listening on `port` (IPv4 or IPv6), found
+/// through the socket's inode: in `/proc/net/tcp*`, then among the
+/// processes' open files.
+fn listening_on(port: u16) -> Option<u32> {
+    const LISTEN: &str = "0A";
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = fields.get(1)?.rsplit_once(':')?.1;
+                    (u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == LISTEN)
+                        .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))?
+                })
+                .collect::<Vec<_>>()
+        })
+        .next()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|target| target.as_os_str() == inode.as_str())
+                })
+            })
+        })
+}
+
 fn all_stats() -> HashMap<u32, Stat> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return HashMap::new();
@@ -189,6 +240,15 @@ fn all_stats() -> HashMap<u32, Stat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_listener_of_a_port_is_this_process_when_it_listens() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(listening_on(port), Some(std::process::id()));
+        drop(listener);
+        assert_eq!(listening_on(port), None);
+    }
 
     #[test]
     fn a_process_spending_cpu_is_seen_spending_it() {

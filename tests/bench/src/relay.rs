@@ -8,6 +8,7 @@ use test_support::database::TestDatabase;
 use test_support::kafka::{bootstrap_servers, create_topic, enqueue};
 use test_support::process::{Service, free_port};
 
+use crate::cpu::Components;
 use crate::report::{Figure, Ratio, median, rates};
 
 #[derive(Debug, clap::Args)]
@@ -291,12 +292,22 @@ pub(crate) async fn relay_rate(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let started = Instant::now();
-    while published(&http).await < rows {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut components = Components::default();
+    components.process("outbox-relay", relay.pid());
+    components.server("outbox", &url).await;
+    components.broker(bootstrap).await;
+    let ((), cpu) = components
+        .during(async {
+            while published(&http).await < rows {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
     let elapsed = started.elapsed();
     relay.terminate(Duration::from_secs(30)).await;
-    (rows - published_before) / elapsed.as_secs_f64()
+    let rate = (rows - published_before) / elapsed.as_secs_f64();
+    println!("  relay ({setup:?}): {rate:.0} rows/s; CPU {cpu}");
+    rate
 }
 
 /// A producer with the relay's settings (publisher.rs): the baselines'.
@@ -339,7 +350,11 @@ pub(crate) async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
         )
         .await
         .unwrap();
+    let mut components = Components::default();
+    components.process("raw producer (bench)", Some(std::process::id()));
+    components.broker(bootstrap).await;
     let started = Instant::now();
+    let before = components.sample();
     let mut deliveries = Vec::with_capacity(records.len());
     for (key, value, id) in &records {
         let headers = OwnedHeaders::new()
@@ -364,7 +379,10 @@ pub(crate) async fn raw_producer_rate(rows: i64, bootstrap: &str) -> f64 {
     for report in join_all(deliveries).await {
         report.unwrap().unwrap();
     }
-    rows as f64 / started.elapsed().as_secs_f64()
+    let rate = rows as f64 / started.elapsed().as_secs_f64();
+    let cpu = components.between(&before, &components.sample());
+    println!("  raw producer: {rate:.0} records/s; CPU {cpu}");
+    rate
 }
 
 /// P2: the drain rate of each set-up beside the raw producer's rate,

@@ -88,6 +88,7 @@ pub(crate) async fn measure(args: &Args) -> Vec<Figure> {
         api::api_rate(
             &args.order_service,
             concurrency,
+            None,
             args.duration,
             &environment,
         )
