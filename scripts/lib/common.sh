@@ -42,7 +42,7 @@ die() {
 # Names the step that is running, so a failure anywhere inside it says which.
 step() {
     CURRENT_STEP="$1"
-    log "$1"
+    log "$1 (${SECONDS} s in)"
 }
 
 on_error() {

@@ -52,18 +52,18 @@ impl Components {
         let backend = sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
             .fetch_one(&mut connection)
             .await;
-        let _ = connection.close().await;
-        let Ok(backend) = backend else {
-            return;
-        };
         // A server in a container or on another host has a backend pid of
-        // another pid namespace: count nothing rather than a stranger.
-        let Some(postmaster) = u32::try_from(backend)
+        // another pid namespace: count nothing rather than a stranger. The
+        // backend is looked up while the connection holds it: once closed,
+        // it may be gone from /proc (seen: a P3 run without its server).
+        let postmaster = backend
             .ok()
+            .and_then(|backend| u32::try_from(backend).ok())
             .filter(|pid| is_postgres(*pid))
             .and_then(parent)
-            .filter(|pid| is_postgres(*pid))
-        else {
+            .filter(|pid| is_postgres(*pid));
+        let _ = connection.close().await;
+        let Some(postmaster) = postmaster else {
             return;
         };
         for (name, source) in &mut self.named {
