@@ -14,7 +14,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use service_support::kafka::{Owned, PassthroughError};
-use service_support::producer::RebuildableProducer;
+use service_support::producer::{Generation, RebuildableProducer};
 use service_support::telemetry;
 
 use crate::record::{OutboxRow, Router};
@@ -194,6 +194,8 @@ pub struct Sent {
     outcomes: Vec<Option<Outcome>>,
     /// The rest: position in the batch, delivery report, producer span.
     pending: Vec<(usize, DeliveryFuture, tracing::Span)>,
+    /// The producer they were handed to.
+    generation: Generation,
 }
 
 impl std::fmt::Debug for Sent {
@@ -209,6 +211,7 @@ impl Sent {
         let Self {
             mut outcomes,
             pending,
+            generation: _,
         } = self;
         let (indices, in_flight): (Vec<usize>, Vec<_>) = pending
             .into_iter()
@@ -270,13 +273,15 @@ impl Publisher {
     /// [`Self::send`], and returns one outcome per row, in order. Another
     /// batch may be in flight meanwhile: if this one failed, the producer
     /// is rebuilt under it, and its records fail as transient (nothing is
-    /// lost: they are retried).
+    /// lost: they are retried); that batch's failure then finds its
+    /// producer replaced already and replaces nothing.
     pub async fn settle<R: Borrow<OutboxRow>>(
         &mut self,
         rows: &[R],
         sent: Sent,
         send_by: Instant,
     ) -> Vec<Outcome> {
+        let generation = sent.generation;
         let mut outcomes = sent.reports().await;
         // A broker rejects a size violation for a whole produce request, so
         // the poison row's neighbours fail with it. Resend each such row
@@ -297,15 +302,16 @@ impl Publisher {
         }
         if let Some((code, reason)) = self.producer.fatal_error() {
             tracing::error!(?code, %reason, "fatal producer error; rebuilding the producer");
-            self.rebuild();
+            self.rebuild(self.producer.generation());
         } else if outcomes.iter().any(|o| matches!(o, Outcome::Transient(_))) {
             // After failed deliveries librdkafka would bump the idempotent
             // producer's epoch (KIP-360) and carry on. Not every
             // Kafka-protocol broker handles that bump (tansu 0.6 rejects
             // every later produce), while a fresh producer id works on all
             // of them; nothing is lost, as unacknowledged rows are retried.
-            tracing::info!("rebuilding the producer after failed deliveries");
-            self.rebuild();
+            if self.rebuild(generation) {
+                tracing::info!("rebuilt the producer after failed deliveries");
+            }
         }
         outcomes
     }
@@ -317,6 +323,8 @@ impl Publisher {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
         let mut pending = Vec::with_capacity(rows.len());
         let mut router = Router::default();
+        // Nothing replaces the producer while `&self` is borrowed here.
+        let generation = self.producer.generation();
         for (i, row) in rows.iter().map(Borrow::borrow).enumerate() {
             if Instant::now() >= send_by {
                 outcomes[i..].fill(Some(Outcome::Withheld));
@@ -375,15 +383,22 @@ impl Publisher {
             }
         }
         metrics::counter!("relay_records_sent_total").increment(pending.len() as u64);
-        Sent { outcomes, pending }
+        Sent {
+            outcomes,
+            pending,
+            generation,
+        }
     }
 
     /// Replaces the producer. A fatal error ends an idempotent producer for
     /// good; unacknowledged rows stay unpublished and go out again with the
-    /// new one.
-    fn rebuild(&mut self) {
-        metrics::counter!("relay_producer_rebuilds_total").increment(1);
-        self.producer.rebuild(self.producer.generation());
+    /// new one. Only `failed` is replaced: true if this call replaced it.
+    fn rebuild(&mut self, failed: Generation) -> bool {
+        let rebuilt = self.producer.rebuild(failed);
+        if rebuilt {
+            metrics::counter!("relay_producer_rebuilds_total").increment(1);
+        }
+        rebuilt
     }
 
     /// Waits up to `timeout` for queued records to be delivered.
