@@ -248,6 +248,11 @@ pub(crate) async fn consumer_rate(
         ]
         .concat(),
     );
+    // Found before the clock starts: finding them is not the work measured.
+    let mut components = Components::default();
+    components.process("inventory-service", service.pid());
+    components.server("inventory", &url).await;
+    components.broker(&broker.bootstrap).await;
     // The clock starts at the first processed record: start-up and the group
     // join are not consumption.
     let first = loop {
@@ -259,10 +264,6 @@ pub(crate) async fn consumer_rate(
     };
     let started = Instant::now();
     let total = args.records as f64;
-    let mut components = Components::default();
-    components.process("inventory-service", service.pid());
-    components.server("inventory", &url).await;
-    components.broker(&broker.bootstrap).await;
     let ((), cpu) = components
         .during(async {
             while processed(&http).await < total {

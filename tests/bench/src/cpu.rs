@@ -198,41 +198,37 @@ fn listening_on(port: u16) -> Option<u32> {
     let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|table| std::fs::read_to_string(table).ok())
-        .flat_map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter_map(|line| {
-                    // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-                    let fields: Vec<&str> = line.split_whitespace().collect();
-                    let local_port = fields.get(1)?.rsplit_once(':')?.1;
-                    (u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == LISTEN)
-                        .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))?
-                })
-                .collect::<Vec<_>>()
-        })
-        .next()?;
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.filter_map(Result::ok).any(|fd| {
-                    std::fs::read_link(fd.path())
-                        .is_ok_and(|target| target.as_os_str() == inode.as_str())
-                })
+        .find_map(|table| {
+            table.lines().skip(1).find_map(|line| {
+                // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let local_port = fields.get(1)?.rsplit_once(':')?.1;
+                let (state, inode) = (fields.get(3)?, fields.get(9)?);
+                (u16::from_str_radix(local_port, 16).ok()? == port && *state == LISTEN)
+                    .then(|| format!("socket:[{inode}]"))
+            })
+        })?;
+    pids().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.filter_map(Result::ok).any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|target| target.as_os_str() == inode.as_str())
             })
         })
+    })
+}
+
+/// The processes running now (none if /proc cannot be read).
+fn pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
 }
 
 fn all_stats() -> HashMap<u32, Stat> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return HashMap::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+    pids()
         .filter_map(|pid| Some((pid, stat_of(pid)?)))
         .collect()
 }
