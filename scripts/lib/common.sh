@@ -103,3 +103,29 @@ require_command() {
     done
     install_debian_packages "${missing[@]}"
 }
+
+# Cargo's target directory, shared by every clone on this machine: a clone
+# without a target/ of its own gets a symlink to $ENTREGA_CACHE/target, so a
+# fresh clone (CI's) recompiles only the workspace's crates, not the ~500
+# dependencies (about 15 of a CI run's minutes on 2 cores). Cargo names a
+# workspace crate's artefacts relative to the workspace root, so clones at
+# different paths overwrite the same files instead of piling up.
+# ENTREGA_SHARED_TARGET=0 keeps the clone's own target/. With --lock, the
+# caller holds the shared directory for its whole run: two clones' test
+# runs would otherwise share target/e2e and the binaries under test.
+use_shared_target() {
+    [[ ${ENTREGA_SHARED_TARGET:-1} == 1 ]] || return 0
+    local shared="$ENTREGA_CACHE/target"
+    if [[ ! -e $ENTREGA_ROOT/target && ! -L $ENTREGA_ROOT/target ]]; then
+        mkdir -p "$shared"
+        ln -s "$shared" "$ENTREGA_ROOT/target"
+        log "target/ -> $shared (shared by this machine's clones; ENTREGA_SHARED_TARGET=0 to keep one of its own)"
+    fi
+    [[ ${1:-} == --lock ]] || return 0
+    [[ $(readlink -f "$ENTREGA_ROOT/target") == "$(readlink -f "$shared")" ]] || return 0
+    exec 7>"$ENTREGA_CACHE/.target.lock"
+    if ! flock --nonblock 7; then
+        log "waiting for another clone's run to release $shared"
+        flock --wait 3600 7 || die "$ENTREGA_CACHE/.target.lock held for an hour"
+    fi
+}
