@@ -26,9 +26,11 @@ pub struct Delivery {
     pub id: Uuid,
     pub event_type: String,
     pub written_at: OffsetDateTime,
+    /// The Kafka topic, or the RabbitMQ exchange.
     pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
+    /// Kafka's position; none for a RabbitMQ confirm.
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
     pub published_at: OffsetDateTime,
 }
 

@@ -151,23 +151,36 @@ impl clap::builder::TypedValueParser for DatabaseUrlParser {
         arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<DatabaseUrl, clap::Error> {
-        let invalid = |reason: &str| {
-            let name = arg.map_or_else(|| "the database URL".to_owned(), |arg| format!("'{arg}'"));
-            let variable = arg
-                .and_then(clap::Arg::get_env)
-                .map(|variable| format!(" ({})", variable.to_string_lossy()))
-                .unwrap_or_default();
-            clap::Error::raw(
-                clap::error::ErrorKind::ValueValidation,
-                format!(
-                    "invalid value for {name}{variable}: {reason} (the value is not shown: it may carry a password)\n"
-                ),
-            )
-            .with_cmd(cmd)
-        };
-        let text = value.to_str().ok_or_else(|| invalid("not UTF-8"))?;
-        parse_database_url(text).map_err(|reason| invalid(&reason))
+        parse_secret_url(cmd, arg, value, "the database URL", parse_database_url)
     }
+}
+
+/// Parses a URL that may carry a password with `parse`; a refusal names the
+/// option and its variable but never quotes the value.
+#[cfg(feature = "cli")]
+pub(crate) fn parse_secret_url<T>(
+    cmd: &clap::Command,
+    arg: Option<&clap::Arg>,
+    value: &std::ffi::OsStr,
+    what: &str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, clap::Error> {
+    let invalid = |reason: &str| {
+        let name = arg.map_or_else(|| what.to_owned(), |arg| format!("'{arg}'"));
+        let variable = arg
+            .and_then(clap::Arg::get_env)
+            .map(|variable| format!(" ({})", variable.to_string_lossy()))
+            .unwrap_or_default();
+        clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!(
+                "invalid value for {name}{variable}: {reason} (the value is not shown: it may carry a password)\n"
+            ),
+        )
+        .with_cmd(cmd)
+    };
+    let text = value.to_str().ok_or_else(|| invalid("not UTF-8"))?;
+    parse(text).map_err(|reason| invalid(&reason))
 }
 
 /// A clap value parser for durations such as `10s`, `500ms`, `24h`; zero is refused.

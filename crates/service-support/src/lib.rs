@@ -5,6 +5,7 @@
 //! the `http-api` crate's, so that the relay and the outbox link no web
 //! framework. Each service keeps its own domain, HTTP API and wiring.
 
+pub mod amqp; // RabbitMQ: the URL, a connection, the exchanges
 pub mod config; // DatabaseUrl, durations, log format
 pub mod consumers; // the two consumers' names and their topics' and groups' defaults
 pub mod kafka; // librdkafka settings from the environment

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use service_support::amqp::{AmqpUrl, AmqpUrlParser};
 use service_support::config::{DatabaseUrl, DatabaseUrlParser, LogFormat, parse_positive_duration};
 use service_support::secret::SecretError;
 
@@ -33,6 +34,20 @@ pub struct Config {
         default_value = "127.0.0.1:9092"
     )]
     pub bootstrap_servers: String,
+
+    /// The broker the relay publishes to: Kafka topics, or RabbitMQ topic
+    /// exchanges of the same names (docs/relay.md, "RabbitMQ").
+    #[arg(long, env = "RELAY_TRANSPORT", value_enum, default_value_t = Transport::Kafka)]
+    pub transport: Transport,
+
+    /// RabbitMQ URL, for --transport rabbitmq (amqps:// for TLS).
+    #[arg(long, env = "AMQP_URL", default_value = service_support::amqp::DEFAULT_URL,
+          value_parser = AmqpUrlParser, hide_env_values = true)]
+    pub amqp_url: AmqpUrl,
+
+    /// A file holding the RabbitMQ password, for a URL without one.
+    #[arg(long, env = "AMQP_PASSWORD_FILE", value_name = "PATH")]
+    pub amqp_password_file: Option<PathBuf>,
 
     /// Address of /metrics, /healthz and /readyz (port 0 picks a free port).
     #[arg(long, env = "RELAY_HTTP_ADDR", default_value = "127.0.0.1:8082")]
@@ -117,7 +132,8 @@ pub struct Config {
     #[arg(long, env = "RELAY_LEASE", default_value = "10s", value_parser = parse_positive_duration)]
     pub lease: Duration,
 
-    /// Topics the relay publishes to, checked at start-up (comma-separated).
+    /// Topics (or RabbitMQ exchanges) the relay publishes to, checked at
+    /// start-up (comma-separated).
     #[arg(
         long,
         env = "RELAY_TOPICS",
@@ -137,7 +153,8 @@ pub struct Config {
           value_parser = clap::value_parser!(i32).range(1..=32))]
     pub topic_replication_factor: i32,
 
-    /// Create missing topics at start-up instead of refusing to run.
+    /// Create missing topics (durable topic exchanges on RabbitMQ) at
+    /// start-up instead of refusing to run.
     #[arg(long, env = "RELAY_CREATE_TOPICS")]
     pub create_topics: bool,
 
@@ -148,6 +165,14 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// The broker the relay publishes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    Kafka,
+    #[value(name = "rabbitmq")]
+    RabbitMq,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -193,6 +218,10 @@ impl Config {
             "ORDER_DATABASE_PASSWORD_FILE",
             self.database_password_file.as_deref(),
         )?;
+        self.amqp_url = self
+            .amqp_url
+            .clone()
+            .with_password_file("AMQP_PASSWORD_FILE", self.amqp_password_file.as_deref())?;
         Ok(())
     }
 

@@ -134,7 +134,7 @@ pub async fn run(
             retry::sleep(backoff.next_wait(), &shutdown).await;
         }
     }
-    publisher.flush(Duration::from_secs(5));
+    publisher.flush(Duration::from_secs(5)).await;
     tracing::info!("relay stopped");
 }
 
@@ -341,8 +341,8 @@ async fn record_rows(
     let mut withheld = 0_usize;
     for (row, outcome) in rows.iter().zip(outcomes) {
         match outcome {
-            Outcome::Published { partition, offset } => {
-                published.push(Delivery::of(row, partition, offset));
+            Outcome::Published(position) => {
+                published.push(Delivery::of(row, position));
             }
             Outcome::Poison(error) => poison.push((row.id, error)),
             Outcome::Transient(error) => transient.push((row.id, error)),

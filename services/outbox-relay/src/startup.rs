@@ -16,13 +16,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cdc::slot::{self, SlotError};
 use crate::cdc::stream::{self as cdc_stream, CdcSettings};
+use crate::config::Transport;
 use crate::config::{Cleanup, Config, Mode};
 use crate::http::{self, HttpState};
 use crate::leadership::Election;
-use crate::publisher::{self, Publisher};
+use crate::publisher::{Publisher, amqp, kafka};
 use crate::relay::{self, RelaySettings, RelayStatus};
 use crate::store::{self, AfterPublish, DeliveryLog};
 use crate::topics::{self, TopicError};
+use service_support::amqp::{self as amqp_client, AmqpError};
 
 /// How often the backlog gauges are refreshed.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -54,9 +56,11 @@ pub enum StartupError {
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error("invalid Kafka producer configuration")]
-    Producer(#[from] publisher::ProducerError),
+    Producer(#[from] kafka::ProducerError),
     #[error(transparent)]
-    Kafka(#[from] publisher::ClientConfigError),
+    Kafka(#[from] kafka::ClientConfigError),
+    #[error("RabbitMQ is not usable")]
+    Amqp(#[from] AmqpError),
     #[error(
         "the target topics are not as configured (create them, or start the relay with --create-topics)"
     )]
@@ -70,14 +74,31 @@ pub struct Application {
     config: Config,
     pool: PgPool,
     listener: TcpListener,
-    kafka: ClientConfig,
-    publisher: Publisher,
+    broker: Broker,
+}
+
+/// The broker, as far as it is set up before `run_until_stopped`: a Kafka
+/// producer connects lazily, a RabbitMQ connection only once the broker
+/// answers (it may start after the relay).
+#[derive(Debug)]
+enum Broker {
+    Kafka {
+        config: ClientConfig,
+        publisher: kafka::Publisher,
+    },
+    RabbitMq,
 }
 
 impl Application {
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         config.validate().map_err(StartupError::Config)?;
-        let kafka = publisher::client_config(&config.bootstrap_servers, config.delivery_timeout)?;
+        let kafka = match config.transport {
+            Transport::Kafka => Some(kafka::client_config(
+                &config.bootstrap_servers,
+                config.delivery_timeout,
+            )?),
+            Transport::RabbitMq => None,
+        };
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(10))
@@ -98,13 +119,18 @@ impl Application {
             slot::prepare(&pool, &config.cdc_slot, &config.cdc_publication).await?;
         }
         let listener = serving::bind(config.http_addr).await?;
-        let publisher = Publisher::new(kafka.clone())?;
+        let broker = match kafka {
+            Some(config) => Broker::Kafka {
+                publisher: kafka::Publisher::new(config.clone())?,
+                config,
+            },
+            None => Broker::RabbitMq,
+        };
         Ok(Self {
             config,
             pool,
             listener,
-            kafka,
-            publisher,
+            broker,
         })
     }
 
@@ -131,12 +157,28 @@ impl Application {
         let http_token = token.clone();
         let http = tokio::spawn(http::serve(self.listener, http_state, http_token));
 
-        let checked = check_topics(&self.config, &self.kafka, &token).await;
-        if let Err(error) = checked {
-            token.cancel();
-            let _ = http.await;
-            return Err(error);
-        }
+        let publisher = match self.broker {
+            Broker::Kafka { config, publisher } => check_topics(&self.config, &config, &token)
+                .await
+                .map(|()| Some(Publisher::Kafka(publisher))),
+            Broker::RabbitMq => connect_amqp(&self.config, &token)
+                .await
+                .map(|publisher| publisher.map(|p| Publisher::Amqp(Box::new(p)))),
+        };
+        let publisher = match publisher {
+            Ok(Some(publisher)) => publisher,
+            // Stopped before the broker answered.
+            Ok(None) => {
+                let _ = http.await;
+                self.pool.close().await;
+                return Ok(());
+            }
+            Err(error) => {
+                token.cancel();
+                let _ = http.await;
+                return Err(error);
+            }
+        };
         topics_ok.store(true, Ordering::Relaxed);
 
         let watched_slot = (self.config.mode == Mode::Cdc).then(|| self.config.cdc_slot.clone());
@@ -173,7 +215,7 @@ impl Application {
                     max_backoff: self.config.max_backoff,
                     delivery_timeout: self.config.delivery_timeout,
                 };
-                relay::run(settings, self.publisher, status, token.clone()).await;
+                relay::run(settings, publisher, status, token.clone()).await;
             }
             Mode::Cdc => {
                 let settings = CdcSettings {
@@ -190,7 +232,7 @@ impl Application {
                 outcome = cdc_stream::run(
                     settings,
                     self.pool.clone(),
-                    self.publisher,
+                    publisher,
                     status,
                     token.clone(),
                 )
@@ -313,6 +355,42 @@ async fn check_topics(
                 tracing::warn!(error.cause_chain = ?error, error.message = %error, "broker not reachable yet; retrying");
                 if !retry::sleep(backoff.next_wait(), token).await {
                     return Ok(());
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+/// Connects to RabbitMQ and checks (or, with --create-topics, declares)
+/// the exchanges, retrying while the broker is unreachable; `None` if
+/// shutdown came first. A refused login or a missing exchange stops the
+/// relay.
+async fn connect_amqp(
+    config: &Config,
+    token: &CancellationToken,
+) -> Result<Option<amqp::Publisher>, StartupError> {
+    let mut backoff =
+        RetryPolicy::forever(Duration::from_millis(200), config.max_backoff).backoff();
+    loop {
+        let attempt = async {
+            let connection = amqp_client::connect(&config.amqp_url, "outbox-relay setup").await?;
+            let ensured =
+                amqp_client::ensure_exchanges(&connection, &config.topics, config.create_topics)
+                    .await;
+            let _ = connection.close(200, "checked".into()).await;
+            ensured?;
+            amqp::Publisher::connect(config.amqp_url.clone(), config.delivery_timeout).await
+        };
+        match attempt.await {
+            Ok(publisher) => {
+                tracing::info!(url = %config.amqp_url, exchanges = ?config.topics, "publishing to RabbitMQ");
+                return Ok(Some(publisher));
+            }
+            Err(error) if error.is_retryable() => {
+                tracing::warn!(error.cause_chain = ?error, error.message = %error, "RabbitMQ not reachable yet; retrying");
+                if !retry::sleep(backoff.next_wait(), token).await {
+                    return Ok(None);
                 }
             }
             Err(error) => return Err(error.into()),

@@ -16,6 +16,7 @@ use service_support::timestamps::interval;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use crate::publisher::Position;
 use crate::record::OutboxRow;
 
 /// What happens to a row once the broker acknowledged it.
@@ -376,17 +377,18 @@ pub async fn record_published(
 pub struct Delivery {
     pub id: Uuid,
     pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
+    /// Kafka's partition and offset; none for a RabbitMQ confirm.
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
 }
 
 impl Delivery {
-    pub fn of(row: &OutboxRow, partition: i32, offset: i64) -> Self {
+    pub fn of(row: &OutboxRow, position: Option<Position>) -> Self {
         Self {
             id: row.id,
             topic: format!("{}{}", row.aggregatetype, crate::record::TOPIC_SUFFIX),
-            partition,
-            offset,
+            partition: position.map(|p| p.partition),
+            offset: position.map(|p| p.offset),
         }
     }
 }
@@ -407,8 +409,8 @@ pub async fn mark_published(
     }
     let ids: Vec<Uuid> = deliveries.iter().map(|d| d.id).collect();
     let topics: Vec<&str> = deliveries.iter().map(|d| d.topic.as_str()).collect();
-    let partitions: Vec<i32> = deliveries.iter().map(|d| d.partition).collect();
-    let offsets: Vec<i64> = deliveries.iter().map(|d| d.offset).collect();
+    let partitions: Vec<Option<i32>> = deliveries.iter().map(|d| d.partition).collect();
+    let offsets: Vec<Option<i64>> = deliveries.iter().map(|d| d.offset).collect();
     // The delivery log is appended in the statement that marks the rows: a
     // data-modifying CTE, so one round trip. A row published again (a
     // session that ended before its mark) is found, and its second delivery
@@ -430,8 +432,9 @@ pub async fn mark_published(
                    select id as "id!" from published"#,
                 &ids,
                 &topics as &[&str],
-                &partitions,
-                &offsets,
+                // Nullable elements: `as _` lets the macro take them.
+                &partitions as _,
+                &offsets as _,
             )
             .fetch_all(conn)
             .await
@@ -453,8 +456,9 @@ pub async fn mark_published(
                    select id as "id!" from published"#,
                 &ids,
                 &topics as &[&str],
-                &partitions,
-                &offsets,
+                // Nullable elements: `as _` lets the macro take them.
+                &partitions as _,
+                &offsets as _,
             )
             .fetch_all(conn)
             .await

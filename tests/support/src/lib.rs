@@ -7,6 +7,7 @@
 // A failed expectation in a helper is a failed test, with its message.
 #![allow(clippy::unwrap_used)]
 
+pub mod amqp; // RabbitMQ: a queue bound to an exchange, its messages read
 pub mod broker; // private tansu brokers for fault tests
 pub mod database; // a fresh database per test, dropped afterwards
 pub mod dedupe; // aged rows of the consumer's dedupe table

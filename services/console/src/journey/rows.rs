@@ -188,12 +188,18 @@ pub(super) async fn outbox_steps(
                     .with("state", "published, row deleted"),
             );
         }
-        written.steps.push(
-            Step::new(Some(published_at), &log, "published")
-                .message(Some(id), Some(event_type))
-                .with("record", format!("{topic}[{partition}]@{offset}")),
-        );
-        written.deliveries.push((id, partition, offset));
+        let published =
+            Step::new(Some(published_at), &log, "published").message(Some(id), Some(event_type));
+        match (partition, offset) {
+            (Some(partition), Some(offset)) => {
+                written
+                    .steps
+                    .push(published.with("record", format!("{topic}[{partition}]@{offset}")));
+                written.deliveries.push((id, partition, offset));
+            }
+            // RabbitMQ: confirmed by the broker, at no position.
+            _ => written.steps.push(published.with("exchange", topic)),
+        }
     }
     Ok(written)
 }

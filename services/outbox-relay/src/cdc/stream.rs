@@ -144,7 +144,7 @@ pub async fn run(
             "the replication stream ended; resuming from the confirmed position");
         retry::sleep(backoff.next_wait(), &shutdown).await;
     }
-    publisher.flush(Duration::from_secs(5));
+    publisher.flush(Duration::from_secs(5)).await;
     tracing::info!("relay stopped");
     Ok(())
 }
@@ -426,8 +426,8 @@ impl<'a> Session<'a> {
             for (&i, outcome) in wave.iter().zip(outcomes) {
                 let (tx, row) = &ready[i];
                 match outcome {
-                    Outcome::Published { partition, offset } => {
-                        published.push(Delivery::of(row, partition, offset));
+                    Outcome::Published(position) => {
+                        published.push(Delivery::of(row, position));
                         self.progress.delivered(*tx)?;
                     }
                     Outcome::Poison(error) => {

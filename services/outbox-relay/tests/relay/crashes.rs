@@ -8,7 +8,7 @@ use crate::helpers::{Mode, RelayTest, delivery};
 
 /// A small deterministic generator: the kill points vary per run (the seed
 /// is printed) without a dependency.
-fn next_delay(seed: &mut u64, min_ms: u64, max_ms: u64) -> Duration {
+pub(crate) fn next_delay(seed: &mut u64, min_ms: u64, max_ms: u64) -> Duration {
     *seed = seed
         .wrapping_mul(6_364_136_223_846_793_005)
         .wrapping_add(1_442_695_040_888_963_407);

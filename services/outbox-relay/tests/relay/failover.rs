@@ -14,7 +14,7 @@ use test_support::eventually::eventually;
 use test_support::proxy::TcpProxy;
 
 use outbox_relay::leadership::{DEFAULT_LOCK_KEY, Election, Leader};
-use outbox_relay::publisher::{self, Outcome, Publisher};
+use outbox_relay::publisher::{Outcome, Publisher, kafka};
 use outbox_relay::store;
 use sqlx::Connection;
 
@@ -416,8 +416,8 @@ async fn a_leader_whose_lease_ran_out_sends_none_of_the_rows_it_read() {
     test.wait_until_drained(Duration::from_secs(60)).await;
 
     // Built as the relay builds it, KAFKA_* variables included.
-    let config = publisher::client_config(&test.bootstrap, delivery_timeout).unwrap();
-    let mut publisher = Publisher::new(config).unwrap();
+    let config = kafka::client_config(&test.bootstrap, delivery_timeout).unwrap();
+    let mut publisher = Publisher::Kafka(kafka::Publisher::new(config).unwrap());
     let outcomes = publisher
         .publish(&rows, leader.send_deadline(delivery_timeout))
         .await;
@@ -460,11 +460,11 @@ async fn records_handed_over_before_the_deadline_never_land_after_the_takeover()
     // Long enough for the broker to stop between two statements.
     let lease = Duration::from_secs(8);
     let delivery_timeout = Duration::from_secs(1);
-    let Ok(config) = publisher::client_config(&broker.address, delivery_timeout) else {
+    let Ok(config) = kafka::client_config(&broker.address, delivery_timeout) else {
         println!("the relay refuses this environment's KAFKA_* variables: nothing it could send");
         return;
     };
-    let mut publisher = Publisher::new(config).unwrap();
+    let mut publisher = Publisher::Kafka(kafka::Publisher::new(config).unwrap());
     // The idempotent producer's id, fetched before the broker goes away.
     let warm_up = test.insert_events(1, 1).await;
     let mut leader = lead_alone(&test, lease).await;
@@ -480,7 +480,7 @@ async fn records_handed_over_before_the_deadline_never_land_after_the_takeover()
             .await;
         tries += 1;
         match &sent[..] {
-            [Outcome::Published { .. }] => break,
+            [Outcome::Published(_)] => break,
             _ if tries < 10 => continue,
             _ => panic!("the warm-up record was not published: {sent:?}"),
         }
@@ -508,7 +508,7 @@ async fn records_handed_over_before_the_deadline_never_land_after_the_takeover()
     let deadline = leader.send_deadline(delivery_timeout);
     let late = async {
         let outcomes = publisher.publish(&rows, deadline).await;
-        publisher.flush(Duration::from_secs(1));
+        publisher.flush(Duration::from_secs(1)).await;
         outcomes
     };
     let takeover = async {

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
+use test_support::amqp::TestQueue;
 use test_support::database::TestDatabase;
 use test_support::eventually::eventually;
 use test_support::kafka::{Record, TopicReader, bootstrap_servers, create_topic};
@@ -53,6 +54,8 @@ pub(crate) struct RelayTest {
     last_insert_lsn: std::sync::Mutex<Option<String>>,
     /// The next payload `n`: increasing across inserts, for order checks.
     next_n: AtomicI64,
+    /// The relay publishes to RabbitMQ, to the exchange named `topic`.
+    rabbitmq: bool,
 }
 
 impl RelayTest {
@@ -91,7 +94,26 @@ impl RelayTest {
             cdc_slot,
             last_insert_lsn: std::sync::Mutex::new(None),
             next_n: AtomicI64::new(0),
+            rabbitmq: false,
         }
+    }
+
+    /// The relay publishes to RabbitMQ (`AMQP_URL`), to the exchange named
+    /// like the topic, declared here so that a queue can be bound to it
+    /// before the relay starts ([`Self::queue`]).
+    pub(crate) async fn over_rabbitmq(mut self) -> Self {
+        let connection = test_support::amqp::connect().await;
+        let channel = connection.create_channel().await.unwrap();
+        test_support::amqp::declare_exchange(&channel, &self.topic).await;
+        let _ = connection.close(200, "declared".into()).await;
+        self.rabbitmq = true;
+        self
+    }
+
+    /// A queue of this test's bound to its exchange: every message
+    /// published from now on.
+    pub(crate) async fn queue(&self) -> TestQueue {
+        TestQueue::bound(&self.topic, "#").await
     }
 
     /// CDC mode with the rows left in the table for the relay to delete.
@@ -320,6 +342,10 @@ impl RelayTest {
         .chain(RELAY_QUICK_FLAGS)
         .map(|s| (*s).to_owned())
         .collect();
+        if self.rabbitmq {
+            args.extend(["--transport".to_owned(), "rabbitmq".to_owned()]);
+            args.extend(["--amqp-url".to_owned(), test_support::amqp::amqp_url()]);
+        }
         if let Some(slot) = &self.cdc_slot {
             args.extend(["--mode", "cdc", "--cdc-slot", slot].map(str::to_owned));
             if self.delete_in_transaction && !extra.contains(&"--outbox-cleanup") {

@@ -15,3 +15,4 @@ mod helpers;
 mod ordering;
 mod publishing;
 mod queries;
+mod rabbitmq;

@@ -66,8 +66,8 @@ async fn no_relay_statement_scans_the_whole_outbox() {
         let delivery = |i: usize| Delivery {
             id: ids[i],
             topic: "pedido.eventos".to_owned(),
-            partition: 3,
-            offset: 100 + i64::try_from(i).unwrap(),
+            partition: Some(3),
+            offset: Some(100 + i64::try_from(i).unwrap()),
         };
         store::mark_published(
             &mut conn,
