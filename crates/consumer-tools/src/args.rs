@@ -22,6 +22,36 @@ macro_rules! consumer_args {
             #[arg(long, env = "KAFKA_BOOTSTRAP_SERVERS", default_value = "127.0.0.1:9092", global = true)]
             pub bootstrap_servers: String,
 
+            /// The broker consumed: Kafka, or RabbitMQ (a quorum queue bound
+            /// to the exchange named like the topic; docs/rabbitmq.md).
+            #[arg(long = concat!($flag, "transport"), env = concat!($env, "_TRANSPORT"),
+                  value_enum, default_value_t = $crate::args::Transport::Kafka, global = true)]
+            pub transport: $crate::args::Transport,
+
+            /// RabbitMQ URL, for the rabbitmq transport (amqps:// for TLS).
+            #[arg(long, env = "AMQP_URL", default_value = $crate::args::DEFAULT_AMQP_URL,
+                  value_parser = $crate::args::AmqpUrlParser, hide_env_values = true, global = true)]
+            pub amqp_url: $crate::args::AmqpUrl,
+
+            /// The RabbitMQ queue consumed: a quorum queue with a single
+            /// active consumer, declared at start-up with its dead-letter
+            /// exchange and queue (`<queue>.dlx`, `<queue>.dlq`).
+            #[arg(long = concat!($flag, "queue"), env = concat!($env, "_QUEUE"),
+                  default_value = $defaults.name, global = true)]
+            pub queue: String,
+
+            /// RabbitMQ: messages delivered and not yet acknowledged, at most.
+            #[arg(long = concat!($flag, "prefetch"), env = concat!($env, "_PREFETCH"), default_value_t = 100,
+                  value_parser = clap::value_parser!(u16).range(1..))]
+            pub prefetch: u16,
+
+            /// RabbitMQ: deliveries of one message before the broker
+            /// dead-letters it (a backstop: a message that fails is
+            /// dead-lettered by the consumer on its first delivery).
+            #[arg(long = concat!($flag, "delivery-limit"), env = concat!($env, "_DELIVERY_LIMIT"),
+                  default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+            pub delivery_limit: u32,
+
             /// The topic consumed.
             #[arg(long = concat!($flag, "topic"), env = concat!($env, "_TOPIC"),
                   default_value = $defaults.topic, global = true)]
@@ -122,6 +152,14 @@ macro_rules! consumer_args {
                         force: self.force_retention,
                     },
                     retention_every: self.retention_every,
+                    rabbitmq: (self.transport == $crate::args::Transport::RabbitMq).then(|| {
+                        $crate::args::RabbitMqOptions {
+                            url: self.amqp_url.clone(),
+                            queue: self.queue.clone(),
+                            prefetch: self.prefetch,
+                            delivery_limit: self.delivery_limit,
+                        }
+                    }),
                 }
             }
 
@@ -135,6 +173,19 @@ macro_rules! consumer_args {
             }
         }
     };
+}
+
+#[doc(hidden)]
+pub use idempotent_consumer::RabbitMqOptions;
+#[doc(hidden)]
+pub use service_support::amqp::{AmqpUrl, AmqpUrlParser, DEFAULT_URL as DEFAULT_AMQP_URL};
+
+/// The broker a consumer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    Kafka,
+    #[value(name = "rabbitmq")]
+    RabbitMq,
 }
 
 /// A share in `[0, 1)`.

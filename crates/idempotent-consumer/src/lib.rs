@@ -48,6 +48,7 @@
 //! Cancellation is one [`CancellationToken`](tokio_util::sync::CancellationToken) tree: shutdown → consuming
 //! (cancelled by the circuit) → one per assignment (cancelled on revoke).
 
+pub mod amqp; // the consumer over RabbitMQ: topology, consuming, dead letters
 mod circuit; // the DLQ circuit
 mod consumer; // the Kafka consumer assembled and run: settings, poll thread, end
 mod database; // whether the database can be reached; the probe
@@ -83,5 +84,7 @@ pub use pipeline::Pipeline;
 pub use policy::DeadLetterPolicy;
 pub use processed::{Retention, RetentionError, migrator};
 pub use record::{Header, Record, escape_invalid_utf8};
-pub use service::{ConsumerOptions, ServeError, describe_metrics, serve, wait_for_topics};
+pub use service::{
+    ConsumerOptions, RabbitMqOptions, ServeError, describe_metrics, serve, wait_for_topics,
+};
 pub use service_support::retry::{AttemptError, GaveUp, RetryPolicy};

@@ -8,6 +8,7 @@ use rdkafka::error::KafkaError;
 use service_support::kafka::PassthroughError;
 use tokio_util::sync::CancellationToken;
 
+use super::amqp::{self, AmqpSettings, DeadLetterExchange};
 use super::consumer::{ConsumerError, Settings, consumer_settings, run};
 use super::dlt_producer::{DltProducer, producer_settings};
 use super::failure::DltReason;
@@ -17,6 +18,7 @@ use super::pipeline::Pipeline;
 use super::policy::DeadLetterPolicy;
 use super::processed::{self, Retention, RetentionError};
 use super::topics::{self, TopicError};
+use service_support::amqp::{AmqpError, AmqpUrl};
 use service_support::retry::{self, RetryPolicy};
 
 /// What a service decides about its consumer.
@@ -42,6 +44,20 @@ pub struct ConsumerOptions {
     pub retention: Retention,
     /// Purge the dedupe rows this often while serving; `None`: never.
     pub retention_every: Option<Duration>,
+    /// Consume from RabbitMQ instead of Kafka: `topic` names the exchange.
+    pub rabbitmq: Option<RabbitMqOptions>,
+}
+
+/// A consumer's RabbitMQ side (`crate::amqp`).
+#[derive(Debug, Clone)]
+pub struct RabbitMqOptions {
+    pub url: AmqpUrl,
+    /// The consumer's quorum queue (`estoque.reserva`).
+    pub queue: String,
+    /// Messages delivered and not yet acknowledged, at most.
+    pub prefetch: u16,
+    /// Deliveries of one message before the broker dead-letters it.
+    pub delivery_limit: u32,
 }
 
 impl ConsumerOptions {
@@ -69,6 +85,8 @@ pub enum ServeError {
     Consumer(#[from] ConsumerError),
     #[error("the processed-table retention is not safe")]
     Retention(#[from] RetentionError),
+    #[error("RabbitMQ is not usable")]
+    RabbitMq(#[from] AmqpError),
 }
 
 /// Waits for the topics, then consumes with `handler` until `shutdown`
@@ -80,6 +98,9 @@ pub async fn serve<H: Handler>(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    if let Some(rabbitmq) = &options.rabbitmq {
+        return serve_rabbitmq(handler, options, rabbitmq, health, shutdown).await;
+    }
     if !wait_for_topics(options, &shutdown).await? {
         return Ok(());
     }
@@ -90,15 +111,7 @@ pub async fn serve<H: Handler>(
         health.clone(),
     )?;
     let consumer_name = handler.consumer_name();
-    let pipeline = Pipeline {
-        handler,
-        policy: DeadLetterPolicy {
-            retry: RetryPolicy::fixed(options.retries, options.retry_backoff),
-            dlt,
-            health,
-            consuming: shutdown.child_token(),
-        },
-    };
+    let pipeline = pipeline(handler, options, dlt, health, &shutdown);
     let settings = Settings {
         topic: options.topic.clone(),
         group: options.group.clone(),
@@ -136,6 +149,70 @@ pub async fn serve<H: Handler>(
         let _ = purge.await;
     }
     Ok(consumed?)
+}
+
+/// [`serve`] over RabbitMQ: the same pipeline, fed from a quorum queue, its
+/// dead letters to the queue's dead-letter exchange. The retention check
+/// has no counterpart: a queue keeps a message until it is consumed, so no
+/// window covers every redelivery (docs/rabbitmq.md).
+async fn serve_rabbitmq<H: Handler>(
+    handler: H,
+    options: &ConsumerOptions,
+    rabbitmq: &RabbitMqOptions,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let settings = AmqpSettings {
+        url: rabbitmq.url.clone(),
+        exchange: options.topic.clone(),
+        queue: rabbitmq.queue.clone(),
+        prefetch: rabbitmq.prefetch,
+        delivery_limit: rabbitmq.delivery_limit,
+        max_batch: options.batch_size,
+    };
+    let dlt = DltProducer::amqp(
+        DeadLetterExchange::new(rabbitmq.url.clone(), settings.dead_letter_exchange()),
+        &options.group,
+        health.clone(),
+    );
+    let consumer_name = handler.consumer_name();
+    let pipeline = pipeline(handler, options, dlt, health, &shutdown);
+    let purging = shutdown.child_token();
+    let purge = options.retention_every.map(|every| {
+        tokio::spawn(processed::purge_every(
+            pipeline.policy.health.database().pool().clone(),
+            consumer_name,
+            every,
+            options.retention.keep,
+            purging.clone(),
+        ))
+    });
+    let consumed = amqp::run(settings, pipeline, shutdown).await;
+    purging.cancel();
+    if let Some(purge) = purge {
+        let _ = purge.await;
+    }
+    Ok(consumed?)
+}
+
+/// The handler with the dead-letter policy `options` describe; consuming
+/// stops with `shutdown`.
+fn pipeline<H: Handler>(
+    handler: H,
+    options: &ConsumerOptions,
+    dlt: DltProducer,
+    health: Health,
+    shutdown: &CancellationToken,
+) -> Pipeline<H> {
+    Pipeline {
+        handler,
+        policy: DeadLetterPolicy {
+            retry: RetryPolicy::fixed(options.retries, options.retry_backoff),
+            dlt,
+            health,
+            consuming: shutdown.child_token(),
+        },
+    }
 }
 
 /// Checks the topic and its DLT, retrying while the broker is unreachable;

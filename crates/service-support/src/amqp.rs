@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use lapin::options::ExchangeDeclareOptions;
+use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
-use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use crate::secret::{Secret, SecretError, read_secret_file};
 
@@ -164,6 +164,69 @@ impl AmqpError {
     }
 }
 
+/// A message's headers as name and bytes ([`header_bytes`]); none when it
+/// has no header table.
+pub fn headers(properties: &lapin::BasicProperties) -> Vec<(String, Option<Vec<u8>>)> {
+    properties
+        .headers()
+        .as_ref()
+        .map(|table| {
+            table
+                .inner()
+                .iter()
+                .map(|(name, value)| (name.as_str().to_owned(), header_bytes(value)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A header value as the bytes a record header holds: text and byte arrays
+/// as they are, void as null, anything else (numbers, and the tables and
+/// arrays of `x-death`) rendered as text, so that whatever a producer or
+/// the broker put there can be read and shown.
+pub fn header_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
+    match value {
+        AMQPValue::Void => None,
+        AMQPValue::LongString(text) => Some(text.as_bytes().to_vec()),
+        AMQPValue::ByteArray(bytes) => Some(bytes.as_slice().to_vec()),
+        other => Some(render(other).into_bytes()),
+    }
+}
+
+/// A value as text: `x-death` reads `[{count=3, exchange=…, reason=delivery_limit, …}]`.
+pub fn render(value: &AMQPValue) -> String {
+    match value {
+        AMQPValue::Void => String::new(),
+        AMQPValue::Boolean(value) => value.to_string(),
+        AMQPValue::ShortShortInt(value) => value.to_string(),
+        AMQPValue::ShortShortUInt(value) => value.to_string(),
+        AMQPValue::ShortInt(value) => value.to_string(),
+        AMQPValue::ShortUInt(value) => value.to_string(),
+        AMQPValue::LongInt(value) => value.to_string(),
+        AMQPValue::LongUInt(value) => value.to_string(),
+        AMQPValue::LongLongInt(value) => value.to_string(),
+        AMQPValue::Float(value) => value.to_string(),
+        AMQPValue::Double(value) => value.to_string(),
+        AMQPValue::Timestamp(value) => value.to_string(),
+        AMQPValue::ShortString(text) => text.as_str().to_owned(),
+        AMQPValue::LongString(text) => String::from_utf8_lossy(text.as_bytes()).into_owned(),
+        AMQPValue::ByteArray(bytes) => String::from_utf8_lossy(bytes.as_slice()).into_owned(),
+        AMQPValue::FieldArray(values) => {
+            let items: Vec<String> = values.as_slice().iter().map(render).collect();
+            format!("[{}]", items.join(", "))
+        }
+        AMQPValue::FieldTable(table) => {
+            let items: Vec<String> = table
+                .inner()
+                .iter()
+                .map(|(name, value)| format!("{}={}", name.as_str(), render(value)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
 /// The reply code the broker closed with, if it closed with one.
 pub fn reply(error: &lapin::Error) -> Option<&AMQPErrorKind> {
     match error.kind() {
@@ -192,6 +255,24 @@ pub async fn connect(url: &AmqpUrl, name: &str) -> Result<Connection, AmqpError>
             url: url.to_string(),
         }),
     }
+}
+
+/// A connection named `name` and a channel on it in confirm mode: every
+/// message published on it is acknowledged by the broker (or not).
+pub async fn confirm_channel(
+    url: &AmqpUrl,
+    name: &str,
+) -> Result<(Connection, Channel), AmqpError> {
+    let connection = connect(url, name).await?;
+    let channel = connection
+        .create_channel()
+        .await
+        .map_err(AmqpError::Channel)?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(AmqpError::Channel)?;
+    Ok((connection, channel))
 }
 
 /// Checks that every exchange exists; with `create`, declares the missing

@@ -9,7 +9,7 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions,
     QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use uuid::Uuid;
 
@@ -135,16 +135,6 @@ impl Message {
     }
 }
 
-fn header_bytes(value: &AMQPValue) -> Option<Vec<u8>> {
-    match value {
-        AMQPValue::Void => None,
-        AMQPValue::LongString(text) => Some(text.as_bytes().to_vec()),
-        AMQPValue::ShortString(text) => Some(text.as_str().as_bytes().to_vec()),
-        AMQPValue::ByteArray(bytes) => Some(bytes.as_slice().to_vec()),
-        other => Some(format!("{other:?}").into_bytes()),
-    }
-}
-
 /// A server-named, exclusive queue bound to an exchange: it sees what is
 /// published there from the moment it is bound, and goes with the test.
 #[derive(Debug)]
@@ -266,17 +256,7 @@ impl TestQueue {
             kind: text(properties.kind()),
             content_type: text(properties.content_type()),
             delivery_mode: *properties.delivery_mode(),
-            headers: properties
-                .headers()
-                .as_ref()
-                .map(|table| {
-                    table
-                        .inner()
-                        .iter()
-                        .map(|(name, value)| (name.as_str().to_owned(), header_bytes(value)))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            headers: service_support::amqp::headers(properties),
             body: delivery.data.clone(),
         })
     }

@@ -116,6 +116,7 @@ async fn dead_letters_reach_the_dlt_after_a_broker_outage_longer_than_the_delive
             force: false,
         },
         retention_every: None,
+        rabbitmq: None,
     };
     let health = Health::new(Circuit::new(100, 0.5, 20), Database::new(pool));
     let (reached, at_gate) = oneshot::channel();

@@ -7,6 +7,7 @@
 mod dlt_outage;
 mod pipeline;
 mod processed;
+mod rabbitmq;
 
 use sqlx::PgPool;
 use test_support::database::TestDatabase;

@@ -23,7 +23,7 @@ use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 use service_support::amqp::{self, AmqpError, AmqpUrl};
@@ -48,15 +48,7 @@ struct Link {
 
 impl Link {
     async fn open(url: &AmqpUrl) -> Result<Self, AmqpError> {
-        let connection = amqp::connect(url, "outbox-relay").await?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(AmqpError::Channel)?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(AmqpError::Channel)?;
+        let (connection, channel) = amqp::confirm_channel(url, "outbox-relay").await?;
         Ok(Self {
             connection,
             channel,
