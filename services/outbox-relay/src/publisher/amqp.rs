@@ -14,10 +14,12 @@
 //! broker; it is never parked, and never dropped.
 //!
 //! The send fence: rows are handed to lapin only until `send_by`, as on
-//! Kafka. lapin has no per-message timeout; confirms are awaited until
+//! Kafka. lapin has no per-message timeout: confirms are awaited until
 //! `--delivery-timeout` after the batch was handed over, and if any is
-//! missing then, the connection is closed, so frames lapin still buffers
-//! are never written (docs/relay.md, "RabbitMQ").
+//! missing then, the connection is closed and nothing more is handed to
+//! it. Whether lapin still writes frames it had queued before the close is
+//! lapin's to decide (not checked): the fence over RabbitMQ is weaker than
+//! over Kafka (docs/relay.md, "RabbitMQ").
 
 use std::borrow::Borrow;
 use std::time::{Duration, Instant};
@@ -56,7 +58,7 @@ impl Link {
     }
 
     async fn close(self) {
-        // Closing drops what lapin has not written yet: that is the point.
+        // Nothing more is handed to a connection once it was found late.
         let _ = self.connection.close(200, "relay closing".into()).await;
     }
 }
@@ -284,9 +286,9 @@ impl Publisher {
             .collect()
     }
 
-    /// Replaces the link: the old one is closed first, so that nothing it
-    /// still buffers is written later. A broker that does not answer leaves
-    /// no link; the next batch fails as transient and tries again.
+    /// Replaces the link: the old one is closed first. A broker that does
+    /// not answer leaves no link; the next batch fails as transient and
+    /// tries again.
     async fn reconnect(&mut self) {
         if let Some(link) = self.link.take() {
             link.close().await;
