@@ -38,6 +38,9 @@ use crate::record::{OutboxRow, Router};
 /// keeps order by, and what a consistent-hash exchange would route on.
 pub const AGGREGATE_ID_HEADER: &str = "aggregateId";
 
+/// The longest AMQP short string (routing key, `type`, `message_id`), in bytes.
+const SHORT_STRING_MAX: usize = 255;
+
 /// AMQP's delivery mode for a message the broker writes to disk.
 const PERSISTENT: u8 = 2;
 
@@ -175,6 +178,17 @@ impl Publisher {
                 }
             };
             let span = producer_span(row, exchange);
+            if row.event_type.len() > SHORT_STRING_MAX {
+                // It cannot be a routing key or a `type`: the row's fault,
+                // and it would fail the same way for ever.
+                let outcome = Outcome::Poison(format!(
+                    "event type of {} bytes: AMQP takes at most {SHORT_STRING_MAX} as routing key and type",
+                    row.event_type.len()
+                ));
+                record_failure(&span, &outcome);
+                outcomes[i] = Some(outcome);
+                continue;
+            }
             let context = telemetry::recorded(&span);
             let record = row.to_record(exchange, context.as_ref());
             let properties = BasicProperties::default()

@@ -149,6 +149,46 @@ async fn an_unroutable_row_steps_aside_unparked_until_a_queue_is_bound() {
     relay.service.kill().await;
 }
 
+/// An event type longer than an AMQP short string can be neither routing
+/// key nor `type`: the row's own fault, so it is parked after
+/// --max-attempts like any poison row, and the rows of other aggregates go.
+#[tokio::test]
+async fn a_row_whose_event_type_amqp_cannot_carry_is_parked_and_the_rest_go() {
+    let test = RelayTest::new().await.over_rabbitmq().await;
+    let mut queue = test.queue().await;
+    let long_type = "E".repeat(300);
+    let poison: Uuid = sqlx::query_scalar(
+        "insert into outbox (id, aggregatetype, aggregateid, type, payload)
+         values (gen_random_uuid(), $1, 'agg-poison', $2, '{\"n\": 0}'::jsonb) returning id",
+    )
+    .bind(&test.aggregate_type)
+    .bind(&long_type)
+    .fetch_one(&test.pool)
+    .await
+    .unwrap();
+    let inserted = test.insert_events(5, 2).await;
+    let relay = test.start_relay(&["--max-attempts", "2"]);
+    eventually("the row is parked", Duration::from_secs(30), || async {
+        let parked: Option<String> = sqlx::query_scalar(
+            "select last_error from outbox where id = $1 and parked_at is not null",
+        )
+        .bind(poison)
+        .fetch_optional(&test.pool)
+        .await
+        .unwrap();
+        parked.filter(|error| error.contains("300 bytes"))
+    })
+    .await;
+    let messages = queue
+        .read_at_least(inserted.len(), Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        delivery(&records(&messages), &inserted).distinct,
+        inserted.len()
+    );
+    relay.service.kill().await;
+}
+
 #[tokio::test]
 async fn a_missing_exchange_stops_the_relay_at_start_up_unless_it_may_create_it() {
     // Neither this test's exchange nor `missing` exists.
