@@ -107,12 +107,10 @@ require_command() {
 # Cargo's target directory, shared by every clone on this machine: a clone
 # without a target/ of its own gets a symlink to $ENTREGA_CACHE/target, so a
 # fresh clone (CI's) recompiles only the workspace's crates, not the ~500
-# dependencies (about 15 of a CI run's minutes on 2 cores). Cargo names a
+# dependencies (about 12 of a CI run's minutes on 2 cores). Cargo names a
 # workspace crate's artefacts relative to the workspace root, so clones at
 # different paths overwrite the same files instead of piling up.
-# ENTREGA_SHARED_TARGET=0 keeps the clone's own target/. With --lock, the
-# caller holds the shared directory for its whole run: two clones' test
-# runs would otherwise share target/e2e and the binaries under test.
+# ENTREGA_SHARED_TARGET=0 keeps the clone's own target/.
 use_shared_target() {
     [[ ${ENTREGA_SHARED_TARGET:-1} == 1 ]] || return 0
     local shared="$ENTREGA_CACHE/target"
@@ -121,11 +119,19 @@ use_shared_target() {
         ln -s "$shared" "$ENTREGA_ROOT/target"
         log "target/ -> $shared (shared by this machine's clones; ENTREGA_SHARED_TARGET=0 to keep one of its own)"
     fi
-    [[ ${1:-} == --lock ]] || return 0
-    [[ $(readlink -f "$ENTREGA_ROOT/target") == "$(readlink -f "$shared")" ]] || return 0
-    exec 7>"$ENTREGA_CACHE/.target.lock"
+}
+
+# Holds the shared target directory for the rest of the caller's run: two
+# clones' test runs would otherwise share target/e2e and the binaries under
+# test. Call it only once every long-lived process the run starts (the
+# local services, dockerd, the API shim) is up: a process started later
+# inherits the lock's descriptor and would hold the lock after the run.
+lock_shared_target() {
+    local shared="$ENTREGA_CACHE/target"
+    [[ -L $ENTREGA_ROOT/target && $(readlink -f "$ENTREGA_ROOT/target") == "$(readlink -f "$shared")" ]] || return 0
+    exec 7>"$ENTREGA_CACHE/.shared-target.lock"
     if ! flock --nonblock 7; then
         log "waiting for another clone's run to release $shared"
-        flock --wait 3600 7 || die "$ENTREGA_CACHE/.target.lock held for an hour"
+        flock --wait 3600 7 || die "$ENTREGA_CACHE/.shared-target.lock held for an hour"
     fi
 }
