@@ -8,7 +8,7 @@
 use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
-use crate::record::OutboxRow;
+use crate::record::{OutboxRow, Router};
 
 pub mod amqp; // RabbitMQ: topic exchanges, publisher confirms, mandatory returns
 pub mod kafka; // Kafka: an idempotent acks=all producer
@@ -53,6 +53,21 @@ fn record_failure(span: &tracing::Span, outcome: &Outcome) {
     };
     span.record("otel.status_code", "ERROR");
     span.record("error.type", kind);
+}
+
+/// The topic (the exchange, on RabbitMQ) `row` goes to; a row whose
+/// `aggregatetype` makes none is poison, its producer span (`span`, the
+/// transport's) marked so.
+fn route<'r>(
+    router: &'r mut Router,
+    row: &OutboxRow,
+    span: fn(&OutboxRow, &str) -> tracing::Span,
+) -> Result<&'r str, Outcome> {
+    router.topic(&row.aggregatetype).map_err(|error| {
+        let outcome = Outcome::Poison(error.to_string());
+        record_failure(&span(row, &row.aggregatetype), &outcome);
+        outcome
+    })
 }
 
 /// The relay's producer, on one transport or the other.

@@ -175,6 +175,17 @@ impl TestQueue {
             )
             .await
             .unwrap();
+        Self::consuming(connection, channel, name).await
+    }
+
+    /// Consumes an existing queue (a consumer's dead-letter queue, say).
+    pub async fn existing(name: &str) -> Self {
+        let connection = connect().await;
+        let channel = connection.create_channel().await.unwrap();
+        Self::consuming(connection, channel, name.to_owned()).await
+    }
+
+    async fn consuming(connection: Connection, channel: Channel, name: String) -> Self {
         let consumer = channel
             .basic_consume(
                 name.as_str().into(),
@@ -188,27 +199,6 @@ impl TestQueue {
             _connection: connection,
             channel,
             name,
-            consumer,
-        }
-    }
-
-    /// Consumes an existing queue (a consumer's dead-letter queue, say).
-    pub async fn existing(name: &str) -> Self {
-        let connection = connect().await;
-        let channel = connection.create_channel().await.unwrap();
-        let consumer = channel
-            .basic_consume(
-                name.into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        Self {
-            _connection: connection,
-            channel,
-            name: name.to_owned(),
             consumer,
         }
     }

@@ -31,7 +31,7 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm
 use service_support::amqp::{self, AmqpError, AmqpUrl};
 use service_support::telemetry;
 
-use super::{Outcome, record_failure};
+use super::{Outcome, record_failure, route};
 use crate::record::{OutboxRow, Router};
 
 /// The Kafka record's key, which AMQP has no place for: what a consumer
@@ -167,13 +167,10 @@ impl Publisher {
                 outcomes[i..].fill(Some(Outcome::Withheld));
                 break;
             }
-            let exchange = match router.topic(&row.aggregatetype) {
+            let exchange = match route(&mut router, row, producer_span) {
                 Ok(exchange) => exchange,
-                Err(error) => {
-                    let span = producer_span(row, &row.aggregatetype);
-                    let outcome = Outcome::Poison(error.to_string());
-                    record_failure(&span, &outcome);
-                    outcomes[i] = Some(outcome);
+                Err(poison) => {
+                    outcomes[i] = Some(poison);
                     continue;
                 }
             };

@@ -17,7 +17,7 @@ use service_support::kafka::{Owned, PassthroughError};
 use service_support::producer::{Generation, RebuildableProducer};
 use service_support::telemetry;
 
-use super::{Outcome, Position, record_failure};
+use super::{Outcome, Position, record_failure, route};
 use crate::record::{OutboxRow, Router};
 
 /// The producer span of one row: a child of the context its writer stored
@@ -225,18 +225,6 @@ impl Publisher {
         })
     }
 
-    /// Publishes `rows` in order and waits for every delivery report; a row
-    /// not handed to the producer by `send_by` is withheld. Returns one
-    /// outcome per row, in the same order.
-    pub async fn publish<R: Borrow<OutboxRow>>(
-        &mut self,
-        rows: &[R],
-        send_by: Instant,
-    ) -> Vec<Outcome> {
-        let sent = self.send(rows, send_by).await;
-        self.settle(rows, sent, send_by).await
-    }
-
     /// Waits for the delivery reports of `rows`, handed over by
     /// [`Self::send`], and returns one outcome per row, in order. Another
     /// batch may be in flight meanwhile: if this one failed, the producer
@@ -298,13 +286,10 @@ impl Publisher {
                 outcomes[i..].fill(Some(Outcome::Withheld));
                 break;
             }
-            let topic = match router.topic(&row.aggregatetype) {
+            let topic = match route(&mut router, row, producer_span) {
                 Ok(topic) => topic,
-                Err(error) => {
-                    let span = producer_span(row, &row.aggregatetype);
-                    let outcome = Outcome::Poison(error.to_string());
-                    record_failure(&span, &outcome);
-                    outcomes[i] = Some(outcome);
+                Err(poison) => {
+                    outcomes[i] = Some(poison);
                     continue;
                 }
             };

@@ -15,7 +15,13 @@ fn records(messages: &[Message]) -> Vec<Record> {
     messages.iter().map(Message::as_record).collect()
 }
 
-async fn drained_once_in_order(test: &RelayTest, queue: &mut TestQueue, inserted: &[Uuid]) {
+/// Waits until the relay has drained the outbox, then reads the queue:
+/// every inserted row once, none lost, in per-aggregate order.
+async fn drained_once_in_order(
+    test: &RelayTest,
+    queue: &mut TestQueue,
+    inserted: &[Uuid],
+) -> Vec<Message> {
     test.wait_until_drained(Duration::from_secs(60)).await;
     let messages = queue
         .read_at_least(inserted.len(), Duration::from_secs(30))
@@ -30,6 +36,7 @@ async fn drained_once_in_order(test: &RelayTest, queue: &mut TestQueue, inserted
             regressions: 0,
         }
     );
+    messages
 }
 
 #[tokio::test]
@@ -39,20 +46,7 @@ async fn over_rabbitmq_every_row_arrives_once_persistent_and_in_per_aggregate_or
     let inserted = test.insert_events(30, 10).await;
     let relay = test.start_relay(&[]);
 
-    test.wait_until_drained(Duration::from_secs(60)).await;
-    let messages = queue
-        .read_at_least(inserted.len(), Duration::from_secs(30))
-        .await;
-    assert_eq!(
-        delivery(&records(&messages), &inserted),
-        Delivery {
-            distinct: inserted.len(),
-            duplicates: 0,
-            lost: 0,
-            order_violations: 0,
-            regressions: 0,
-        }
-    );
+    let messages = drained_once_in_order(&test, &mut queue, &inserted).await;
     for message in &messages {
         let id = message.header("id").expect("an id header");
         assert_eq!(message.message_id.as_deref(), Some(id.as_str()));
